@@ -1,0 +1,115 @@
+"""Settings: built-in defaults, overlaid by a config.toml, validated key by key."""
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+FORMAT_POOLS = ("txt", "pdf", "ocr", "docx", "pptx")
+
+DEFAULTS: dict[str, Any] = {
+    "model": {"name": "default", "devices": "auto", "dtype": "auto", "batch_size": 64,
+              "tokenizer_workers": 1, "timeout_s": 300.0, "max_attempts": 3},
+    "chunking": {"chunk_tokens": 200, "overlap_tokens": 30},
+    "store": {"uri": "./ingest.db", "collection": "documents", "batch_size": 512},
+    "run": {"max_files_in_flight": 32, "follow_symlinks": True, "report": ""},
+    "limits": {"max_file_mb": 512.0, "max_unzipped_mb": 512.0, "max_text_mb": 64.0},
+    "loaders": {
+        "plugins": [],
+        "txt": {"workers": 1, "timeout_s": 60.0},
+        "pdf": {"workers": 2, "timeout_s": 120.0, "ocr": "auto", "passwords": []},
+        "ocr": {"workers": 1, "timeout_s": 60.0, "dpi": 200, "backend": "rapidocr",
+                "paddle_model_dir": ""},
+        "docx": {"workers": 1, "timeout_s": 60.0},
+        "pptx": {"workers": 1, "timeout_s": 60.0},
+        "legacy": {"convert_timeout_s": 120.0},
+    },
+}
+
+CHOICES = {
+    "model.dtype": ("auto", "float32", "float16", "bfloat16"),
+    "loaders.pdf.ocr": ("auto", "always", "never"),
+    "loaders.ocr.backend": ("rapidocr", "paddleocr"),
+}
+
+
+class ConfigError(ValueError):
+    """A bad key or value; the message is one line naming the key."""
+
+
+def _check(key: str, default: Any, value: Any) -> Any:
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+        kind = "true or false"
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        value = float(value) if ok else value
+        kind = "a positive number"
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= (0 if "overlap" in key else 1)
+        kind = "a positive integer"
+    elif isinstance(default, list):
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        kind = "a list of strings"
+    elif key == "model.devices":
+        ok = value == "auto" or (isinstance(value, list) and value and all(isinstance(v, str) for v in value))
+        kind = '"auto" or a list of devices such as ["cuda:0"]'
+    else:
+        ok = isinstance(value, str)
+        kind = "a string"
+    if ok and key in CHOICES and value not in CHOICES[key]:
+        ok, kind = False, "one of " + ", ".join(repr(c) for c in CHOICES[key])
+    if not ok:
+        raise ConfigError(f"config key [{key}] must be {kind}, got {value!r}")
+    return value
+
+
+def _merge(defaults: dict, given: dict, prefix: str) -> dict:
+    out = copy.deepcopy(defaults)
+    for key, value in given.items():
+        dotted = f"{prefix}{key}"
+        if key not in defaults:
+            raise ConfigError(f"unknown config key [{dotted}]; see config.toml for the valid keys")
+        if isinstance(defaults[key], dict):
+            if not isinstance(value, dict):
+                raise ConfigError(f"config key [{dotted}] must be a table")
+            out[key] = _merge(defaults[key], value, dotted + ".")
+        else:
+            out[key] = _check(dotted, defaults[key], value)
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Defaults, then the TOML file at `path` (if any), then dotted-key overrides like {"store.uri": ...}."""
+    given: dict[str, Any] = {}
+    if path is not None:
+        try:
+            given = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    cfg = _merge(DEFAULTS, given, "")
+    for dotted, value in (overrides or {}).items():
+        *parents, leaf = dotted.split(".")
+        table = cfg
+        for p in parents:
+            table = table[p]
+        table[leaf] = _check(dotted, _lookup(DEFAULTS, dotted), value)
+    if cfg["chunking"]["overlap_tokens"] >= cfg["chunking"]["chunk_tokens"]:
+        raise ConfigError("config key [chunking.overlap_tokens] must be smaller than [chunking.chunk_tokens]")
+    return cfg
+
+
+def _lookup(table: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(table, dict) or part not in table:
+            raise ConfigError(f"unknown config key [{dotted}]")
+        table = table[part]
+    return table

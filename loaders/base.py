@@ -1,0 +1,77 @@
+"""The loader contract and the registry.
+
+Every loader has the same signature:
+
+    def load(path: Path, options: Mapping[str, Any]) -> Iterator[Page]
+
+`options` is the loader's config table (e.g. [loaders.pdf]) plus the [limits] table under
+the key "limits". A loader knows nothing about processes; it raises LoaderError (one-line,
+user-facing message) for a file it cannot read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+Loader = Callable[[Path, Mapping[str, Any]], Iterator["Page"]]
+
+
+@dataclass(frozen=True)
+class Page:
+    number: int | None          # 1-based page/slide number; None for plain text
+    text: str
+    title: str | None = None
+    needs_ocr: bool = False     # the page has no usable text layer: render and OCR it
+
+
+class Unsupported(Exception):
+    """A file no loader handles (reported as skipped). str(exc) is the reason."""
+
+
+class LoaderError(Exception):
+    """A file that cannot be loaded. str(exc) is one line: what failed and what to do."""
+
+
+@dataclass(frozen=True)
+class _Entry:
+    fmt: str
+    loader: Loader
+    extensions: tuple[str, ...]
+    pool: str
+
+
+_BY_FORMAT: dict[str, _Entry] = {}
+_BY_EXTENSION: dict[str, str] = {}
+
+
+def register(fmt: str, extensions: tuple[str, ...], pool: str) -> Callable[[Loader], Loader]:
+    """Register `load` for format `fmt`, files ending in `extensions`, run in loader pool `pool`."""
+    def deco(fn: Loader) -> Loader:
+        if fmt in _BY_FORMAT:
+            raise ValueError(f"a loader for format {fmt!r} is already registered")
+        exts = tuple(e.lower() for e in extensions)
+        for ext in exts:
+            if ext in _BY_EXTENSION:
+                raise ValueError(f"extension {ext!r} is already registered for {_BY_EXTENSION[ext]!r}")
+        _BY_FORMAT[fmt] = _Entry(fmt, fn, exts, pool)
+        for ext in exts:
+            _BY_EXTENSION[ext] = fmt
+        return fn
+    return deco
+
+
+def loader_for(fmt: str) -> Loader:
+    return _BY_FORMAT[fmt].loader
+
+
+def pool_for(fmt: str) -> str:
+    return _BY_FORMAT[fmt].pool
+
+
+def format_for_extension(ext: str) -> str | None:
+    return _BY_EXTENSION.get(ext.lower())
+
+
+def formats() -> tuple[str, ...]:
+    return tuple(_BY_FORMAT)

@@ -1,0 +1,1 @@
+"""How work is executed: process pools, queues and the messages between them."""

@@ -1,0 +1,65 @@
+"""The spawn context every ingest process is started with, and the parent watchdog.
+
+NOTE (spawn safety): spawn children normally re-import the parent's __main__ module, which
+re-runs an unguarded script (no `if __name__ == "__main__"`) and breaks in notebooks.
+Processes started through SPAWN are named "ingest-*", and for those names only we drop
+the main-module entries from the preparation data, so a child imports nothing but the
+worker target's own module. Worker targets therefore live at module level in ingest's
+packages and never in __main__.
+
+NOTE (orphans): every worker runs `watch_parent()` first: a daemon thread that polls the
+parent's sentinel every 0.5 s and calls os._exit when the parent is gone (SIGKILL
+included), like torch's ManagerWatchdog. Workers never outlive their parent by more than ~1 s.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import multiprocessing.context
+import multiprocessing.spawn as _spawn
+import os
+import threading
+import time
+
+PREFIX = "ingest-"
+_original_preparation_data = _spawn.get_preparation_data
+
+
+def _preparation_data(name):
+    data = _original_preparation_data(name)
+    if str(name).startswith(PREFIX):
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+    return data
+
+
+_spawn.get_preparation_data = _preparation_data
+
+
+class IngestProcess(multiprocessing.context.SpawnProcess):
+    """A spawn process whose name starts with "ingest-" (so __main__ is not re-imported)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.name.startswith(PREFIX):
+            self.name = PREFIX + self.name
+
+
+class IngestContext(multiprocessing.context.SpawnContext):
+    Process = IngestProcess
+
+
+SPAWN = IngestContext()
+
+
+def watch_parent(interval_s: float = 0.5, exit_code: int = 70) -> None:
+    """Exit this process as soon as its parent dies. Call first thing in every worker."""
+    parent = mp.parent_process()
+    ppid = os.getppid()
+
+    def loop() -> None:
+        while True:
+            time.sleep(interval_s)
+            if (parent is not None and not parent.is_alive()) or os.getppid() != ppid:
+                os._exit(exit_code)
+
+    threading.Thread(target=loop, name="ingest-parent-watchdog", daemon=True).start()

@@ -13,6 +13,7 @@ class Failure:
     pid: int | None = None
     exitcode: int | None = None
     traceback: str | None = None
+    skip: bool = False         # the file is unsupported here (reported as skipped, not failed)
 
     @staticmethod
     def describe_exit(exitcode: int | None) -> str:
@@ -24,3 +25,48 @@ class Failure:
             except ValueError:
                 return f"worker killed by signal {-exitcode}"
         return f"worker exited with code {exitcode}"
+
+
+@dataclass(frozen=True)
+class LoadTask:
+    """Load one file: sent to the loader pool of its format."""
+    seq: int
+    path: str
+    fmt: str
+    options: dict
+    spec: object               # ingest.chunking.ChunkSpec
+    known_hash: str = ""       # the manifest's hash: equal content returns early as unchanged
+
+
+@dataclass(frozen=True)
+class OcrTask:
+    """OCR one page of a PDF or image: sent to the OCR pool."""
+    seq: int
+    path: str
+    page: int
+    options: dict
+    spec: object
+
+
+@dataclass(frozen=True)
+class PageChunks:
+    page: int | None
+    chunks: tuple[str, ...]
+    title: str | None = None
+
+
+@dataclass(frozen=True)
+class Loaded:
+    seq: int
+    file_hash: str
+    pages: tuple[PageChunks, ...]
+    ocr_pages: tuple[int, ...]     # pages still to OCR
+    seconds: float
+    unchanged: bool = False
+
+
+@dataclass(frozen=True)
+class OcrDone:
+    seq: int
+    page: PageChunks
+    seconds: float

@@ -1,0 +1,132 @@
+"""OCR throughput against OCR workers, and what a separate OCR pool buys a mixed folder.
+
+    python bench/ocr.py --pages 8 --workers 1 2
+
+Runs the real loader pools (pebble, spawn) with the real loaders and RapidOCR:
+1. OCR pages/s for each worker count (engines warmed up first, one page per worker).
+2. A mixed folder (text PDFs + scanned pages) with the same 2 processes arranged two ways:
+   OCR in its own pool beside the PDF-text pool, or one shared pool doing both in file order.
+   The figure that matters is when the text PDFs are done: behind scans, or not.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(Path(__file__).parent)]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from docs import make_pdf, make_scanned_pdf  # noqa: E402
+from ingest.chunking import ChunkSpec  # noqa: E402
+from ingest.config import DEFAULTS  # noqa: E402
+from ingest.model_ref import resolve_model  # noqa: E402
+from pipeline import machine  # noqa: E402
+from workers.load_tasks import load_file, ocr_page  # noqa: E402
+from workers.loader_pools import LoaderPools  # noqa: E402
+from workers.messages import Failure, LoadTask, OcrTask  # noqa: E402
+
+TEXT = "Scanned page {i}: the quick brown fox jumps over the lazy dog near the river bank."
+
+
+class Runner:
+    """Submit tasks to LoaderPools and wait for all of them, noting when each finished."""
+
+    def __init__(self, pools: LoaderPools):
+        self.pools, self.done, self.lock = pools, {}, threading.Lock()
+        self.all_done = threading.Event()
+        self.expected = 0
+
+    def submit(self, pool: str, fn, task, name: str) -> None:
+        self.expected += 1
+
+        def finished(result) -> None:
+            if isinstance(result, Failure):
+                print(f"  {name}: {result.error}", file=sys.stderr)
+            with self.lock:
+                self.done[name] = time.perf_counter()
+                if len(self.done) == self.expected:
+                    self.all_done.set()
+        self.pools.submit(pool, fn, task, finished)
+
+    def wait(self) -> None:
+        self.all_done.wait(timeout=3600)
+
+
+def options(pool: str) -> dict:
+    loaders = DEFAULTS["loaders"]
+    return {**loaders[pool], "limits": DEFAULTS["limits"], "legacy": loaders["legacy"]}
+
+
+def scaling(scan: Path, pages: int, workers: int, spec: ChunkSpec) -> float:
+    pools = LoaderPools({"ocr": workers}, {"ocr": 600.0})
+    warm = Runner(pools)
+    for w in range(workers):
+        warm.submit("ocr", ocr_page, OcrTask(0, str(scan), 1, options("ocr"), spec), f"warm{w}")
+    warm.wait()
+    run = Runner(pools)
+    start = time.perf_counter()
+    for p in range(1, pages + 1):
+        run.submit("ocr", ocr_page, OcrTask(0, str(scan), p, options("ocr"), spec), f"p{p}")
+    run.wait()
+    pools.stop()
+    return pages / (time.perf_counter() - start)
+
+
+def mixed(folder: Path, shared: bool, spec: ChunkSpec) -> tuple[float, float]:
+    """Seconds until every text PDF is loaded, and until everything is done."""
+    sizes = {"pdf": 2, "ocr": 2} if shared else {"pdf": 1, "ocr": 1}
+    pools = LoaderPools(sizes, {"pdf": 600.0, "ocr": 600.0})
+    runner = Runner(pools)
+    start = time.perf_counter()
+    for path in sorted(folder.iterdir()):            # file order: scans and text PDFs interleaved
+        if path.name.startswith("scan"):
+            runner.submit("pdf" if shared else "ocr", ocr_page,
+                          OcrTask(0, str(path), 1, options("ocr"), spec), path.name)
+        else:
+            runner.submit("pdf", load_file, LoadTask(0, str(path), "pdf", options("pdf"), spec), path.name)
+    runner.wait()
+    pools.stop()
+    text_done = max(t for n, t in runner.done.items() if n.startswith("text")) - start
+    return text_done, max(runner.done.values()) - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pages", type=int, default=8)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--mixed", type=int, default=6, help="scanned pages (and as many text PDFs) in the mixed folder")
+    args = ap.parse_args()
+    ref = resolve_model("default")
+    spec = ChunkSpec(ref.tokenizer_file, ref.max_seq_length, 200, 30)
+    work = Path(tempfile.mkdtemp(prefix="ingest-ocr-bench-"))
+    scan = make_scanned_pdf(work / "scan.pdf", [TEXT.format(i=i) for i in range(args.pages)])
+    print(f"machine: {machine()}; RapidOCR at {DEFAULTS['loaders']['ocr']['dpi']} dpi")
+    print(f"{'OCR workers':>11} {'pages/s':>8} {'speed-up':>9}")
+    base = None
+    for w in args.workers:
+        rate = scaling(scan, args.pages, w, spec)
+        base = base or rate
+        print(f"{w:>11} {rate:>8.2f} {rate / base:>8.2f}x")
+
+    folder = work / "mixed"
+    folder.mkdir()
+    for i in range(args.mixed):
+        make_scanned_pdf(folder / f"scan{i:02d}.pdf", [TEXT.format(i=i)])
+        make_pdf(folder / f"text{i:02d}.pdf", [TEXT.format(i=i), "A second page of plain text."])
+    own = mixed(folder, shared=False, spec=spec)
+    same = mixed(folder, shared=True, spec=spec)
+    print(f"mixed folder: {args.mixed} scanned pages + {args.mixed} text PDFs, 2 loader processes in all")
+    print(f"{'arrangement':>30} {'text PDFs done (s)':>19} {'all done (s)':>13}")
+    print(f"{'OCR in its own pool (1 + 1)':>30} {own[0]:>19.1f} {own[1]:>13.1f}")
+    print(f"{'one shared pool (2)':>30} {same[0]:>19.1f} {same[1]:>13.1f}")
+    print(f"text PDFs finish {same[0] / max(own[0], 1e-9):.1f}x sooner with OCR in its own pool")
+
+
+if __name__ == "__main__":
+    main()

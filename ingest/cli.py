@@ -1,0 +1,101 @@
+"""The `ingest` command line: `ingest run FOLDER` and `ingest search TEXT`.
+
+Exit codes of `ingest run`: 0 every supported file was ingested (or unchanged; unsupported
+files are skipped), 1 at least one file failed, 2 the run could not start or stopped on an
+error (bad config, store in use, model mismatch), 130 interrupted by Ctrl-C.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_ERROR = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ingest", description="Documents -> chunks -> embeddings -> Milvus.")
+    sub = p.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="config.toml to use (default: ./config.toml if present)")
+    common.add_argument("--store", help="store URI: a Milvus Lite file (./ingest.db) or http://host:19530")
+    common.add_argument("--collection", help="collection name")
+    common.add_argument("--model", help="model name or local path")
+    run = sub.add_parser("run", parents=[common], help="ingest a folder")
+    run.add_argument("folder", type=Path)
+    run.add_argument("--report", type=Path, help="per-file JSON report (default: next to the store)")
+    run.add_argument("--quiet", action="store_true", help="no progress bars or summary")
+    run.add_argument("--prune", action="store_true", help="remove chunks of files that no longer exist")
+    run.add_argument("--reembed", action="store_true",
+                     help="drop the collection and re-embed everything (after a model or chunking change)")
+    run.add_argument("--devices", help='encode devices: "auto", or a comma list such as cuda:0,cuda:1 or cpu,cpu')
+    search = sub.add_parser("search", parents=[common], help="search the store")
+    search.add_argument("query")
+    search.add_argument("-k", type=int, default=5, help="number of hits (default 5)")
+    search.add_argument("--json", action="store_true", help="print a JSON list of hits")
+    return p
+
+
+def _config(args: argparse.Namespace) -> dict[str, Any]:
+    from ingest.config import load_config
+
+    path = args.config or ("config.toml" if Path("config.toml").is_file() else None)
+    overrides = {"store.uri": args.store, "store.collection": args.collection, "model.name": args.model}
+    if getattr(args, "devices", None):
+        overrides["model.devices"] = "auto" if args.devices == "auto" else args.devices.split(",")
+    return load_config(path, {k: v for k, v in overrides.items() if v is not None})
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ingest.supervisor import Run
+
+    if not args.folder.is_dir():
+        raise _UserError(f"folder {args.folder} not found; pass an existing folder to ingest")
+    return Run(_config(args), args.folder, quiet=args.quiet, prune=args.prune, reembed=args.reembed,
+               report_path=args.report).execute()
+
+
+def _search(args: argparse.Namespace) -> int:
+    from ingest.search import search
+
+    cfg = _config(args)
+    hits = search(cfg["store"]["uri"], cfg["store"]["collection"], args.query, args.k,
+                  model=args.model)
+    if args.json:
+        print(json.dumps(hits, ensure_ascii=False, indent=1))
+        return 0
+    for h in hits:
+        page = f"p.{h['page']}" if h["page"] else "-"
+        snippet = " ".join(h["text"].split())[:100]
+        print(f"{h['score']:.3f}  {h['source']}  {page}  {snippet}")
+    if not hits:
+        print("no hits", file=sys.stderr)
+    return 0
+
+
+class _UserError(Exception):
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = _parser().parse_args(argv)
+    from ingest.config import ConfigError
+    from ingest.model_ref import ModelNotFound
+    from ingest.store import StoreError
+
+    try:
+        return _run(args) if args.command == "run" else _search(args)
+    except (ConfigError, StoreError, ModelNotFound, _UserError) as exc:
+        print(f"ingest: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""The vector store: one Milvus collection, reached through a lazily created MilvusClient.
+
+A local path (./ingest.db) is Milvus Lite, which allows one process per file: `lock()` takes
+an exclusive flock on `<db>.lock` so a second `ingest run` fails at once instead of
+corrupting the store. A server URI (http://host:19530) reaches Milvus standalone or a
+cluster unchanged. The client is created in the process that uses it (checked by pid) and
+never carried across a fork.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+PROPS_MODEL, PROPS_DIM = "ingest.model", "ingest.dim"
+TEXT_MAX = 65535
+
+
+class StoreError(RuntimeError):
+    """A store problem the user must act on; the message is one line."""
+
+
+def is_local(uri: str) -> bool:
+    return "://" not in uri
+
+
+def quote(value: str) -> str:
+    """A Milvus filter string literal."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+class Store:
+    def __init__(self, uri: str, collection: str):
+        self.uri = uri
+        self.collection = collection
+        self._client = None
+        self._pid: int | None = None
+        self._lock_file = None
+
+    # -- connection -----------------------------------------------------------------
+    @property
+    def client(self):
+        if self._client is None or self._pid != os.getpid():
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from pymilvus import MilvusClient
+
+            try:
+                self._client = MilvusClient(str(Path(self.uri).resolve()) if is_local(self.uri) else self.uri)
+            except Exception as exc:
+                raise StoreError(f"cannot open store {self.uri}: {_one_line(exc)}") from None
+            self._pid = os.getpid()
+        return self._client
+
+    def lock(self) -> None:
+        """Own a Milvus Lite store exclusively for this process (no-op for server URIs)."""
+        if not is_local(self.uri) or self._lock_file is not None:
+            return
+        path = Path(self.uri).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(f"{path}.lock", "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise StoreError(f"store {self.uri} is in use by {holder}; wait for that run to finish "
+                             "(Milvus Lite allows one process per file)") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"ingest pid {os.getpid()}")
+        f.flush()
+        self._lock_file = f
+
+    def close(self) -> None:
+        if self._client is not None and self._pid == os.getpid():
+            try:
+                self._client.close()
+            except Exception:
+                pass
+        self._client = None
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    # -- collection -----------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.client.has_collection(self.collection)
+
+    def recorded_model(self) -> tuple[str, int] | None:
+        if not self.exists():
+            return None
+        props = self.client.describe_collection(self.collection).get("properties") or {}
+        if PROPS_MODEL not in props:
+            return None
+        return props[PROPS_MODEL], int(props.get(PROPS_DIM, 0))
+
+    def ensure_collection(self, model: str, dim: int) -> None:
+        """Create the collection on first use; refuse one built with another model or dimension."""
+        recorded = self.recorded_model()
+        if recorded is None and self.exists():
+            raise StoreError(f"collection {self.collection!r} in {self.uri} was not made by ingest; "
+                             "choose another --collection")
+        if recorded is not None:
+            if recorded != (model, dim):
+                raise StoreError(
+                    f"collection {self.collection!r} holds {recorded[0]} vectors (dim {recorded[1]}), not "
+                    f"{model} (dim {dim}); rerun with --reembed to replace them, or use another --collection")
+            self.client.load_collection(self.collection)
+            return
+        from pymilvus import DataType, MilvusClient
+
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+        schema.add_field("text", DataType.VARCHAR, max_length=TEXT_MAX)
+        schema.add_field("source", DataType.VARCHAR, max_length=4096)
+        schema.add_field("page", DataType.INT64)          # 0 when the format has no pages
+        schema.add_field("chunk", DataType.INT64)
+        schema.add_field("format", DataType.VARCHAR, max_length=16)
+        schema.add_field("file_hash", DataType.VARCHAR, max_length=64)
+        index = self.client.prepare_index_params()
+        index.add_index("vector", index_type="AUTOINDEX", metric_type="COSINE")
+        self.client.create_collection(self.collection, schema=schema, index_params=index,
+                                      properties={PROPS_MODEL: model, PROPS_DIM: str(dim)})
+        self.client.load_collection(self.collection)
+
+    def drop(self) -> None:
+        if self.exists():
+            self.client.drop_collection(self.collection)
+
+    # -- rows -----------------------------------------------------------------------
+    def upsert(self, rows: Sequence[dict[str, Any]]) -> None:
+        if rows:
+            self.client.upsert(self.collection, list(rows))
+
+    def delete_stale(self, source: str, file_hash: str) -> None:
+        """Remove rows of `source` that belong to an older version of the file."""
+        self.client.delete(self.collection, filter=f"source == {quote(source)} and file_hash != {quote(file_hash)}")
+
+    def delete_source(self, source: str) -> None:
+        self.client.delete(self.collection, filter=f"source == {quote(source)}")
+
+    def flush(self) -> None:
+        self.client.flush(self.collection)
+
+    def count(self) -> int:
+        if not self.exists():
+            return 0
+        self.client.load_collection(self.collection)
+        res = self.client.query(self.collection, filter="", output_fields=["count(*)"])
+        return int(res[0]["count(*)"])
+
+    def ids(self) -> list[str]:
+        """Every primary key (for consistency checks on small stores)."""
+        it = self.client.query_iterator(self.collection, filter='id != ""', output_fields=["id"], batch_size=1000)
+        out: list[str] = []
+        while batch := it.next():
+            out.extend(r["id"] for r in batch)
+        it.close()
+        return out
+
+    def search(self, vector: Sequence[float], k: int) -> list[dict[str, Any]]:
+        self.client.load_collection(self.collection)
+        hits = self.client.search(self.collection, [list(vector)], limit=k,
+                                  output_fields=["text", "source", "page", "chunk", "format"])[0]
+        return [{"score": float(h["distance"]), "source": h["entity"]["source"],
+                 "page": h["entity"]["page"] or None, "chunk": h["entity"]["chunk"],
+                 "text": h["entity"]["text"]} for h in hits]
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__

@@ -1,0 +1,77 @@
+"""The single writer: rows in file order, then chunk order; store first, then manifest.
+
+NOTE (write protocol): rows of finished files are upserted in batches of
+[store] batch_size, then the store is flushed, then stale rows of changed files are deleted
+(`file_hash != new`, so a changed file is never missing from the store), and only then are
+the files' manifest entries committed in one SQLite transaction. A crash at any point
+leaves either the old entry (the file is redone next run; upserts are idempotent because
+ids are deterministic) or the new one with every row already durable.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Callable
+
+import numpy as np
+
+from ingest.manifest import Entry, Manifest
+from ingest.scan import FileJob
+from ingest.store import Store
+
+FLUSH_EVERY_S = 2.0
+
+
+def chunk_id(source: str, index: int, text: str) -> str:
+    """Deterministic primary key: re-runs upsert the same ids, never duplicates."""
+    return hashlib.blake2b(f"{source}\x00{index}\x00{text}".encode(), digest_size=16).hexdigest()
+
+
+class Writer:
+    def __init__(self, store: Store, manifest: Manifest, model: str, settings: str, batch_rows: int,
+                 on_written: Callable[[FileJob], None]):
+        self.store, self.manifest = store, manifest
+        self.model, self.settings, self.batch_rows = model, settings, batch_rows
+        self.on_written = on_written
+        self.rows: list[dict] = []
+        self.jobs: list[FileJob] = []
+        self.last_flush = time.monotonic()
+        self.seconds = 0.0
+        self.rows_written = 0
+        self._collection_ready = False
+
+    def add(self, job: FileJob, start: int, texts: list[tuple[int | None, str]], vectors: np.ndarray,
+            last: bool) -> None:
+        """Queue rows for chunks [start, start+len) of `job`; `last` marks the file's final part."""
+        for i, ((page, text), vec) in enumerate(zip(texts, vectors), start):
+            self.rows.append({"id": chunk_id(job.source, i, text), "vector": vec.tolist(), "text": text,
+                              "source": job.source, "page": page or 0, "chunk": i, "format": job.fmt,
+                              "file_hash": job.file_hash})
+        if vectors.shape[0] and not self._collection_ready:
+            self.store.ensure_collection(self.model, int(vectors.shape[1]))
+            self._collection_ready = True
+        if last:
+            self.jobs.append(job)
+        if len(self.rows) >= self.batch_rows or time.monotonic() - self.last_flush > FLUSH_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        start = time.perf_counter()
+        if self.rows:
+            for i in range(0, len(self.rows), self.batch_rows):
+                self.store.upsert(self.rows[i:i + self.batch_rows])
+            self.store.flush()
+        done = self.jobs
+        for job in done:
+            if job.status == "ingested" and job.old_hash and job.old_hash != job.file_hash:
+                self.store.delete_stale(job.source, job.file_hash)
+        entries = [Entry(j.source, j.size, j.mtime_ns, j.file_hash, "ingested", j.chunks, j.fmt,
+                         self.settings) for j in done if j.record]
+        if entries:
+            self.manifest.record(entries)
+        self.rows_written += len(self.rows)
+        self.rows, self.jobs = [], []
+        self.last_flush = time.monotonic()
+        self.seconds += time.perf_counter() - start
+        for job in done:
+            self.on_written(job)

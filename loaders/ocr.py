@@ -1,0 +1,115 @@
+"""OCR one page of a PDF or image: render it with PyMuPDF, recognize it with RapidOCR (bundled
+Chinese+English models) or, when configured, PaddleOCR with local models. Nothing downloads."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from ingest.config import DEFAULTS
+from loaders.base import LoaderError, Page
+from loaders.pdf import damaged, mupdf_errors, open_document
+
+if TYPE_CHECKING:
+    import numpy as np
+
+MAX_SIDE_PX = 4000      # larger renders only cost time: the detector downsizes to 2000 px anyway
+PADDLE_HELP = ("the paddleocr backend needs paddleocr and local models: pip install paddleocr, and set "
+               "[loaders.ocr] paddle_model_dir to a directory holding det/, rec/ and cls/ model folders")
+
+Box = Sequence[Sequence[float]]          # four (x, y) corners
+_ENGINES: dict[str, Any] = {}            # one engine per backend per process
+
+
+def _ocr_table(options: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The [loaders.ocr] table: `options` itself, or options["ocr"]."""
+    if "dpi" in options:
+        return options
+    table = options.get("ocr")
+    return table if isinstance(table, Mapping) else {}
+
+
+def render(path: Path, page: int, dpi: float, passwords: Sequence[str] = ()) -> np.ndarray:
+    """Page `page` (1-based) as a BGR array: PDFs at `dpi`, images at their own resolution."""
+    import numpy as np
+    import pymupdf
+
+    kind = "PDF" if path.suffix.lower() == ".pdf" else "image"
+    with open_document(path, passwords, kind) as doc:
+        if not 1 <= page <= doc.page_count:
+            raise LoaderError(f"page {page} does not exist (the {kind} has {doc.page_count}); rescan the file")
+        try:
+            pg = doc[page - 1]
+            images = pg.get_image_info() if not doc.is_pdf else []
+            zoom = images[0]["width"] / pg.rect.width if images else dpi / 72
+            zoom = min(zoom, MAX_SIDE_PX / max(pg.rect.width, pg.rect.height))
+            pix = pg.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), colorspace=pymupdf.csRGB, alpha=False)
+        except mupdf_errors() as exc:
+            raise damaged(f"page {page} of the {kind}", exc) from None
+    rgb = np.frombuffer(pix.samples, dtype=np.uint8).reshape(pix.height, pix.width, 3)
+    return np.ascontiguousarray(rgb[:, :, ::-1])
+
+
+def reading_order(lines: list[tuple[Box, str]]) -> str:
+    """Join recognized lines top-to-bottom; boxes whose middle lies within a row's height share the row,
+    left-to-right."""
+    rows: list[tuple[float, list[tuple[float, str]]]] = []      # (bottom of the row's first box, boxes)
+    for box, text in sorted(lines, key=lambda item: min(y for _, y in item[0])):
+        top, bottom = min(y for _, y in box), max(y for _, y in box)
+        left = min(x for x, _ in box)
+        if rows and (top + bottom) / 2 < rows[-1][0]:
+            rows[-1][1].append((left, text))
+        else:
+            rows.append((bottom, [(left, text)]))
+    return "\n".join(" ".join(text for _, text in sorted(row)) for _, row in rows)
+
+
+def _rapidocr(image: np.ndarray, table: Mapping[str, Any]) -> list[tuple[Box, str]]:
+    if "rapidocr" not in _ENGINES:
+        from rapidocr_onnxruntime import RapidOCR
+
+        # Share the cores between OCR workers instead of every worker using all of them.
+        workers = int(table.get("workers") or DEFAULTS["loaders"]["ocr"]["workers"])
+        _ENGINES["rapidocr"] = RapidOCR(intra_op_num_threads=max(1, (os.cpu_count() or 1) // workers))
+    result, _ = _ENGINES["rapidocr"](image)
+    return [(box, text) for box, text, _score in result or []]
+
+
+def _paddleocr(image: np.ndarray, table: Mapping[str, Any]) -> list[tuple[Box, str]]:
+    """PaddleOCR 3.x with det/, rec/ and cls/ under paddle_model_dir (never its downloads)."""
+    model_dir = table.get("paddle_model_dir") or DEFAULTS["loaders"]["ocr"]["paddle_model_dir"]
+    dirs = {name: Path(model_dir, name) for name in ("det", "rec", "cls")}
+    if not model_dir or not all(d.is_dir() for d in dirs.values()):
+        raise LoaderError(PADDLE_HELP)
+    if "paddleocr" not in _ENGINES:
+        os.environ.setdefault("PADDLE_PDX_DISABLE_MODEL_SOURCE_CHECK", "True")
+        try:
+            from paddleocr import PaddleOCR
+        except ImportError:
+            raise LoaderError(PADDLE_HELP) from None
+        _ENGINES["paddleocr"] = PaddleOCR(
+            text_detection_model_dir=str(dirs["det"]), text_recognition_model_dir=str(dirs["rec"]),
+            textline_orientation_model_dir=str(dirs["cls"]), use_textline_orientation=True,
+            use_doc_orientation_classify=False, use_doc_unwarping=False)
+    lines: list[tuple[Box, str]] = []
+    for res in _ENGINES["paddleocr"].predict(image):
+        lines += [(poly.tolist(), text) for poly, text in zip(res["rec_polys"], res["rec_texts"])]
+    return lines
+
+
+_BACKENDS = {"rapidocr": _rapidocr, "paddleocr": _paddleocr}
+
+
+def ocr_page(path: Path, page: int, options: Mapping[str, Any]) -> Page:
+    """Render page `page` (1-based) of a PDF or image and OCR it: Page(page, text, needs_ocr=False).
+
+    `options` is the [loaders.ocr] table, or a mapping holding it under "ocr"; a top-level
+    "passwords" list unlocks encrypted PDFs.
+    """
+    table = _ocr_table(options)
+    defaults = DEFAULTS["loaders"]["ocr"]
+    backend = table.get("backend", defaults["backend"])
+    if backend not in _BACKENDS:
+        raise LoaderError(f"unknown OCR backend {backend!r}; set [loaders.ocr] backend to rapidocr or paddleocr")
+    image = render(path, page, table.get("dpi", defaults["dpi"]), options.get("passwords", ()))
+    return Page(page, reading_order(_BACKENDS[backend](image, table)), needs_ocr=False)

@@ -1,0 +1,100 @@
+"""PDF: one page per PDF page (1-based) with its text layer; a page with no usable text layer is
+yielded empty with needs_ocr=True (options["ocr"]: "auto", "always" or "never")."""
+from __future__ import annotations
+
+import unicodedata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+
+from ingest.config import DEFAULTS
+from loaders.base import LoaderError, Page, register
+
+if TYPE_CHECKING:
+    import pymupdf
+
+MIN_CHARS = 20          # a page with fewer non-space characters...
+MIN_IMAGE_COVER = 0.5   # ...and at least this share of its area under images is a scan
+MAX_UNREADABLE = 0.3    # share of U+FFFD / private-use / control / unassigned characters that marks garbage
+_UNREADABLE_CATEGORIES = {"Co", "Cc", "Cn", "Cs"}
+
+
+def mupdf_errors() -> tuple[type[Exception], ...]:
+    """What PyMuPDF raises for damaged input (FileDataError is a RuntimeError; page-level errors are FzErrorBase)."""
+    import pymupdf
+
+    return RuntimeError, ValueError, pymupdf.mupdf.FzErrorBase
+
+
+def damaged(what: str, exc: Exception) -> LoaderError:
+    """The LoaderError for `what` ("page 3 of the PDF") failing with a PyMuPDF error."""
+    reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+    return LoaderError(f"{what} is damaged ({reason}); repair or re-export the file")
+
+
+def open_document(path: Path, passwords: Iterable[str] = (), kind: str = "PDF") -> pymupdf.Document:
+    """Open a PDF or image with PyMuPDF, unlocking an encrypted PDF with the first password that works."""
+    import pymupdf
+
+    pymupdf.TOOLS.mupdf_display_errors(False)      # failures are reported as LoaderError instead
+    pymupdf.TOOLS.mupdf_display_warnings(False)
+    try:
+        doc = pymupdf.open(path)
+    except mupdf_errors():
+        raise LoaderError(f"cannot open the {kind}: damaged or not a {kind}; re-export or replace the file") from None
+    if doc.needs_pass and not any(doc.authenticate(pw) for pw in passwords):
+        doc.close()
+        raise LoaderError("PDF is encrypted; add its password to [loaders.pdf] passwords")
+    return doc
+
+
+def _check_not_truncated(path: Path) -> None:
+    """A complete PDF ends with %%EOF (allowing some trailing junk); MuPDF would silently repair it."""
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - 1024))
+        if b"%%EOF" not in f.read():
+            raise LoaderError("PDF is truncated (no %%EOF at its end); download or export it again")
+
+
+def _image_cover(page: pymupdf.Page) -> float:
+    """Share of the page's area under images (overlaps counted twice, capped at 1)."""
+    import pymupdf
+
+    area = page.rect.get_area()
+    covered = sum((pymupdf.Rect(info["bbox"]) & page.rect).get_area() for info in page.get_image_info())
+    return min(1.0, covered / area) if area else 0.0
+
+
+def needs_ocr(page: pymupdf.Page, text: str) -> bool:
+    """True when the page has no usable text layer: no text, garbage glyphs, or a near-empty scan."""
+    chars = [c for c in text if not c.isspace()]
+    if not chars:
+        return True
+    unreadable = sum(1 for c in chars if c == "\ufffd" or unicodedata.category(c) in _UNREADABLE_CATEGORIES)
+    if unreadable > MAX_UNREADABLE * len(chars):
+        return True
+    return len(chars) < MIN_CHARS and _image_cover(page) >= MIN_IMAGE_COVER
+
+
+def _ocr_mode(options: Mapping[str, Any]) -> str:
+    mode = options.get("ocr")
+    return mode if mode in ("auto", "always", "never") else DEFAULTS["loaders"]["pdf"]["ocr"]
+
+
+@register("pdf", (".pdf",), "pdf")
+def load(path: Path, options: Mapping[str, Any]) -> Iterator[Page]:
+    """Every page with its text; pages without a usable text layer come empty with needs_ocr=True."""
+    import pymupdf
+
+    flags = pymupdf.TEXTFLAGS_TEXT & ~pymupdf.TEXT_PRESERVE_LIGATURES      # "ﬁ" -> "fi"
+    mode = _ocr_mode(options)
+    _check_not_truncated(path)
+    with open_document(path, options.get("passwords", DEFAULTS["loaders"]["pdf"]["passwords"])) as doc:
+        title = ((doc.metadata or {}).get("title") or "").strip() or None
+        for index in range(doc.page_count):
+            try:
+                page = doc[index]
+                text = page.get_text(flags=flags)
+                ocr = mode == "always" or (mode == "auto" and needs_ocr(page, text))
+            except mupdf_errors() as exc:
+                raise damaged(f"page {index + 1} of the PDF", exc) from None
+            yield Page(index + 1, "" if ocr else text, title=title, needs_ocr=ocr)

@@ -1,0 +1,87 @@
+"""Plain text and Markdown: detect the encoding, return the whole file as one page."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from ingest.config import DEFAULTS
+from loaders.base import LoaderError, Page, register
+from loaders.sniff import BOMS, HEAD_BYTES, utf16_without_bom
+
+MB = 1024 * 1024
+GUESS_BYTES = 64 * 1024        # charset-normalizer looks at this much of the file
+# Encodings text files are actually written in; guessing among all of Python's codecs picks exotic
+# ones (hp_roman8, mac_iceland) for short Western text.
+COMMON_ENCODINGS = ("utf_8", "cp1252", "latin_1", "iso8859_15", "cp1250", "iso8859_2", "cp1251", "koi8_r",
+                    "cp866", "iso8859_5", "cp1253", "iso8859_7", "cp1254", "iso8859_9", "cp1255", "cp1256",
+                    "cp1257", "cp1258", "cp874", "gb18030", "big5", "cp932", "euc_jp", "cp949", "euc_kr")
+# On a tie (short text decodes plausibly several ways) the more widely used encoding wins.
+_BY_POPULARITY = ("cp1252", "gb18030", "cp932", "cp1251", "cp949", "big5")
+# How much more chaos than the best guess still ties; charset-normalizer over-counts typographic
+# quotes and the euro sign as chaos in cp1252.
+_TIE_SLACK = {"cp1252": 0.1}
+_H1 = re.compile(r" {0,3}#[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
+
+
+def _guess_encoding(data: bytes) -> str | None:
+    import charset_normalizer
+
+    sample = data[:GUESS_BYTES]
+    if len(data) > GUESS_BYTES and b"\n" in sample:
+        sample = sample[: sample.rindex(b"\n") + 1]       # do not cut a multi-byte character
+    matches = charset_normalizer.from_bytes(sample, cp_isolation=list(COMMON_ENCODINGS))
+    best = matches.best()
+    if best is None:
+        return None
+    ties = {m.encoding for m in matches
+            if m.coherence >= best.coherence and m.chaos <= best.chaos + _TIE_SLACK.get(m.encoding, 0.01)}
+    return next((enc for enc in _BY_POPULARITY if enc in ties), best.encoding)
+
+
+def decode(data: bytes) -> str:
+    """Decode by BOM, then strict UTF-8, then BOM-less UTF-16, then charset-normalizer, else latin-1."""
+    for bom, encoding in BOMS:
+        if data.startswith(bom):
+            return data[len(bom):].decode(encoding, errors="replace")
+    candidates = ["utf-8", utf16_without_bom(data[:HEAD_BYTES])]
+    for encoding in filter(None, candidates):
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError:
+            pass
+    return data.decode(_guess_encoding(data) or "latin-1", errors="replace")
+
+
+def markdown_title(text: str) -> str | None:
+    """The first level-1 ATX heading (`# Title`) outside fenced code blocks."""
+    in_fence = False
+    for line in text.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            in_fence = not in_fence
+        elif not in_fence and (match := _H1.match(line)):
+            return match.group(1)
+    return None
+
+
+def read_text(path: Path, options: Mapping[str, Any]) -> str:
+    """The file's text with newlines normalized; refuses files over [limits] max_text_mb before reading."""
+    limit = options.get("limits", {}).get("max_text_mb", DEFAULTS["limits"]["max_text_mb"])
+    size = path.stat().st_size
+    if size > limit * MB:
+        raise LoaderError(f"text file is {size / MB:.1f} MB, over [limits] max_text_mb = {limit:g}; "
+                          "raise the limit to ingest it")
+    return decode(path.read_bytes()).replace("\r\n", "\n")
+
+
+@register("txt", (".txt",), "txt")
+def load_txt(path: Path, options: Mapping[str, Any]) -> Iterator[Page]:
+    """A .txt file as one page."""
+    yield Page(None, read_text(path, options))
+
+
+@register("md", (".md", ".markdown"), "txt")
+def load_md(path: Path, options: Mapping[str, Any]) -> Iterator[Page]:
+    """A Markdown file as one page, titled by its first `# heading`."""
+    text = read_text(path, options)
+    yield Page(None, text, title=markdown_title(text))

@@ -1,0 +1,111 @@
+"""Issue 5: incremental, resumable runs; crash consistency under SIGKILL of the whole group."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import cli_env, row_ids, run
+from test_faults import _wait_recorded
+
+SMALL_CHUNKS = "[chunking]\nchunk_tokens = 24\noverlap_tokens = 4\n"
+SENTENCES = [
+    "Rivers carve canyons over millions of years of patient erosion.",
+    "Migrating geese fly in a V formation to save energy on long journeys.",
+    "Old lighthouses used clockwork to turn their heavy lenses at night.",
+    "Sourdough bread rises slowly because of wild yeast and bacteria.",
+    "Coral reefs shelter a quarter of all marine species in warm seas.",
+    "Volcanic soil is rich in minerals that help vineyards flourish.",
+]
+
+
+def rows_by_source(work: Path) -> dict[str, set[str]]:
+    from ingest.store import Store
+
+    store = Store(str(work / "store.db"), "documents")
+    try:
+        it = store.client.query_iterator("documents", filter='id != ""', output_fields=["source", "file_hash"],
+                                         batch_size=1000)
+        out: dict[str, set[str]] = {}
+        while batch := it.next():
+            for r in batch:
+                out.setdefault(r["source"], set()).add(r["file_hash"])
+        it.close()
+        return out
+    finally:
+        store.close()
+
+
+def test_incremental_change_touch_prune_and_settings(work: Path) -> None:
+    docs = work / "docs"
+    for i, s in enumerate(SENTENCES[:3]):
+        (docs / f"f{i}.txt").write_text(" ".join([s] * 3))
+    first = run(docs, work, config=SMALL_CHUNKS)
+    assert first.rc == 0, first.stderr
+    total = first.report["totals"]["chunks"]
+    assert len(row_ids(work)) == total
+
+    again = run(docs, work, config=SMALL_CHUNKS)
+    assert {f["status"] for f in again.report["files"]} == {"unchanged"}
+    assert "encode" not in again.report["totals"]["chunks_per_s"]          # nothing was encoded
+    assert again.report["totals"]["seconds"] < 15
+
+    (docs / "f0.txt").write_text(SENTENCES[3])                              # changed content
+    os.utime(docs / "f1.txt", ns=(time.time_ns(), time.time_ns() + 10**9))  # touched only
+    (docs / "f2.txt").unlink()                                              # removed
+    changed = run(docs, work, config=SMALL_CHUNKS)
+    files = changed.by_path()
+    assert files["f0.txt"]["status"] == "ingested" and files["f1.txt"]["status"] == "unchanged"
+    hashes = rows_by_source(work)
+    assert len(hashes["f0.txt"]) == 1                                       # only the new version's rows
+    assert "f2.txt" in hashes                                               # kept until --prune
+    pruned = run(docs, work, "--prune", config=SMALL_CHUNKS)
+    assert pruned.report["totals"]["pruned"] == 1
+    assert "f2.txt" not in rows_by_source(work)
+    expected = sum(f["chunks"] for f in pruned.report["files"])
+    assert len(row_ids(work)) == expected
+
+    other = run(docs, work, config="[chunking]\nchunk_tokens = 40\noverlap_tokens = 4\n")
+    assert other.rc == 2 and "--reembed" in other.stderr and other.stderr.strip().count("\n") == 0
+    redo = run(docs, work, "--reembed", config="[chunking]\nchunk_tokens = 40\noverlap_tokens = 4\n")
+    assert redo.rc == 0 and {f["status"] for f in redo.report["files"]} == {"ingested"}
+    assert len(row_ids(work)) == redo.report["totals"]["chunks"]
+
+
+def _kill_group_when(work: Path, wait) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "ingest.cli", "run", "docs", "--store", "store.db",
+                             "--report", "report.json", "--quiet"], cwd=work, env={**cli_env(),
+                            "INGEST_TEST_SLOW_S": "1.5"}, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    time.sleep(1)
+
+
+def test_kill_and_resume_matches_a_clean_run(tmp_path: Path) -> None:
+    config = SMALL_CHUNKS + '[loaders]\nplugins = ["fault_loaders"]\n'
+    clean, crashed = tmp_path / "clean", tmp_path / "crashed"
+    for work in (clean, crashed):
+        (work / "docs").mkdir(parents=True)
+        for i, s in enumerate(SENTENCES):
+            (work / "docs" / f"d{i}.slowtxt").write_text(" ".join([s] * 4))
+        (work / "config.toml").write_text(config)
+    reference = run(clean / "docs", clean, config=config)
+    assert reference.rc == 0, reference.stderr
+
+    _kill_group_when(crashed, lambda: time.sleep(4))                        # during start-up
+    _kill_group_when(crashed, lambda: _wait_recorded(crashed, "d0.slowtxt"))
+    _kill_group_when(crashed, lambda: _wait_recorded(crashed, "d2.slowtxt"))
+    resumed = run(crashed / "docs", crashed, config=config)
+    assert resumed.rc == 0, resumed.stderr
+    ids = row_ids(crashed)
+    assert len(ids) == len(set(ids)) == len(row_ids(clean)) == reference.report["totals"]["chunks"]
+    assert sorted(ids) == sorted(row_ids(clean))                            # same chunks, same ids
+    shutil.rmtree(tmp_path)

@@ -303,7 +303,7 @@ class Run:
                 from ingest.api import EncodePool
 
                 self._encoder.set_result(EncodePool(
-                    self.model.path, devices=m["devices"], batch_size=m["batch_size"],
+                    self.model, devices=m["devices"], batch_size=m["batch_size"],
                     dtype=None if m["dtype"] == "auto" else m["dtype"], tokenizer_workers=m["tokenizer_workers"],
                     timeout_s=m["timeout_s"], max_attempts=m["max_attempts"]))
             except BaseException as exc:

@@ -1,0 +1,134 @@
+"""Throughput of our EncodePool against bare SentenceTransformer.encode and the
+sentence-transformers multi-process pool, in one run on the same synthetic chunks.
+
+    python bench/encode.py --n 600                       # CPU: one worker using every core
+    python bench/encode.py --n 100000 --devices cuda:0   # GPU (float16 by default)
+
+Chunks are random common words cut to 160-206 tokens (about 183 on average), the size the
+chunker produces. All three run side by side (idle while another is measured), interleaved
+--repeat times. Prints chunks/s of each (best), the ratios, and worker start-up seconds.
+Goals: ours >= 0.95 x bare encode on CPU; >= 25,000 chunks/s on one H100 in float16.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+WORDS = ("time year people way day man thing woman life child world school state family student group "
+         "country problem hand part place case week company system program question work government "
+         "number night point home water room mother area money story fact month lot right study book "
+         "eye job word business issue side kind head house service friend father power hour game line "
+         "end member law car city community name president team minute idea kid body information back "
+         "parent face others level office door health person art war history party result change morning "
+         "reason research girl guy moment air teacher force education").split()
+
+
+def synthetic_chunks(n: int, tokenizer_file: str, seed: int = 0) -> tuple[list[str], float]:
+    """n texts of 160-206 tokens each (special tokens included), and their mean token count."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(tokenizer_file)
+    tok.no_truncation()
+    rng = random.Random(seed)
+    texts, total = [], 0
+    for _ in range(n):
+        target = rng.randint(160, 206)
+        words = [rng.choice(WORDS) for _ in range(target)]
+        while len(tok.encode(" ".join(words)).ids) > target:
+            words.pop()
+        texts.append(" ".join(words))
+        total += len(tok.encode(texts[-1]).ids)
+    return texts, total / n
+
+
+def timed(label: str, fn, n: int) -> float:
+    started = time.perf_counter()
+    fn()
+    seconds = time.perf_counter() - started
+    print(f"{label:<34} {n / seconds:>10,.1f} chunks/s   ({seconds:.1f} s)", flush=True)
+    return n / seconds
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=600, help="chunks to encode (default 600: a few minutes on 2 CPU cores)")
+    ap.add_argument("--devices", default="auto",
+                    help="\"auto\", or a comma-separated list such as cuda:0,cuda:1 or cpu,cpu")
+    ap.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
+                    help="default: float16 on CUDA, float32 on CPU")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--tokenizer-workers", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=1, help="measure each this many times, interleaved; report the best")
+    ap.add_argument("--skip-st-pool", action="store_true", help="leave out the sentence-transformers pool")
+    args = ap.parse_args()
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from ingest.api import EncodePool
+    from ingest.model_ref import resolve_model
+
+    ref = resolve_model("default")
+    if args.devices == "auto":
+        devices = [f"cuda:{i}" for i in range(torch.cuda.device_count())] or ["cpu"]
+    else:
+        devices = args.devices.split(",")
+    dtype = args.dtype or ("float16" if devices[0].startswith("cuda") else "float32")
+    texts, mean_tokens = synthetic_chunks(args.n, ref.tokenizer_file)
+    print(f"{args.n} chunks of {mean_tokens:.0f} tokens on average; devices {devices}; {dtype}; "
+          f"batch size {args.batch_size}; {len(os.sched_getaffinity(0))} CPU cores; torch {torch.__version__}"
+          + (f"; {torch.cuda.get_device_name(0)}" if devices[0].startswith("cuda") else ""), flush=True)
+
+    model = SentenceTransformer(ref.path, device=devices[0]).to(getattr(torch, dtype))
+    model.encode(texts[:args.batch_size], batch_size=args.batch_size)                    # warm-up
+    runs = {"bare": (f"bare model.encode ({devices[0]})", lambda: model.encode(texts, batch_size=args.batch_size))}
+    startups = {}
+    st_pool = None
+    if not args.skip_st_pool:
+        started = time.perf_counter()
+        st_pool = model.start_multi_process_pool(devices)
+        model.encode(texts[:len(devices)], pool=st_pool, batch_size=args.batch_size)   # includes worker start
+        startups["st pool"] = time.perf_counter() - started
+        model.to(devices[0])                       # starting the pool moved it to the CPU
+        runs["st pool"] = (f"sentence-transformers pool x{len(devices)}",
+                           lambda: model.encode(texts, pool=st_pool, batch_size=args.batch_size))
+    pool = EncodePool(ref, devices=devices if args.devices != "auto" else "auto", batch_size=args.batch_size,
+                      dtype=args.dtype, tokenizer_workers=args.tokenizer_workers)
+    try:
+        started = time.perf_counter()
+        pool.wait_ready()
+        startups["ours"] = time.perf_counter() - started
+        pool.encode(texts[:args.batch_size])                                              # warm-up
+        runs["ours"] = (f"ours EncodePool x{len(pool.worker_pids)}", lambda: pool.encode(texts))
+        rates = {name: 0.0 for name in runs}
+        before = pool.stats
+        for _ in range(args.repeat):               # interleaved: drifts of a shared machine hit all alike
+            for name, (label, fn) in runs.items():
+                rates[name] = max(rates[name], timed(label, fn, args.n))
+        stats = pool.stats
+        worker_startups = pool.startup_seconds
+    finally:
+        pool.close()
+        if st_pool is not None:
+            model.stop_multi_process_pool(st_pool)
+
+    print(f"\nbest of {args.repeat}:" if args.repeat > 1 else "")
+    for name in [k for k in rates if k != "bare"]:
+        print(f"{name} / bare: {rates[name] / rates['bare']:.3f}")
+    if "st pool" in rates:
+        print(f"ours / st pool: {rates['ours'] / rates['st pool']:.3f}")
+    if "st pool" in startups:
+        print(f"st pool start-up (workers unpickle the model; seen at first result): {startups['st pool']:.1f} s")
+    print(f"ours start-up per worker: {', '.join(f'{s:.1f} s' for s in worker_startups)}")
+    print(f"ours, during the timed runs: tokenizing {stats['tokenize_s'] - before['tokenize_s']:.2f} s, "
+          f"encoding {stats['encode_s'] - before['encode_s']:.2f} s (summed over processes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Public API: embed texts with a fault-tolerant pool of processes that keeps a GPU fed.
+
+    from ingest import EncodePool
+    with EncodePool("default") as pool:            # starts the workers; reuse it across calls
+        vectors = pool.encode(["first text", "second text"])    # float32 (2, pool.dim)
+
+Workers load the model themselves from its local directory (never pickled), tokenizer
+processes (no torch) tokenize and sort by length, and a coordinator thread streams results
+back in input order, replacing workers that die or hang. This module does not import torch.
+How it works: workers/encode_pool.py; faults: the NOTE in workers/encode_protocol.py.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+
+from ingest.model_ref import ModelRef, resolve_model
+from workers.encode_pool import EncodeEngine
+from workers.encode_process import plan_devices
+from workers.encode_protocol import EncodeError
+
+__all__ = ["encode_multi_process", "EncodePool", "IngestEmbeddings", "EncodeError"]
+
+_DTYPES = (None, "auto", "float32", "float16", "bfloat16")
+
+
+class EncodePool:
+    """A pool of encode workers, one per device, reused across calls; a context manager.
+
+    devices: "auto" (every visible CUDA device, one worker each; without CUDA one CPU worker
+    using all cores), or a list such as ["cuda:0", "cuda:1"] or ["cpu"] * n (n CPU workers
+    splitting the cores). dtype: None/"auto" (float16 on CUDA, float32 on CPU), "float32",
+    "float16" or "bfloat16". timeout_s bounds each batch from the moment a worker starts it;
+    max_attempts bounds the attempts at a chunk whose worker dies or hangs.
+    """
+
+    def __init__(self, model: str | ModelRef = "default", *, devices: str | Sequence[str] = "auto",
+                 batch_size: int = 64, dtype: str | None = None, normalize_embeddings: bool = False,
+                 tokenizer_workers: int = 1, timeout_s: float = 300.0, max_attempts: int = 3,
+                 show_progress_bar: bool = False):
+        for name, value in (("batch_size", batch_size), ("tokenizer_workers", tokenizer_workers),
+                            ("max_attempts", max_attempts)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(map(repr, _DTYPES))}, got {dtype!r}")
+        self.model = model if isinstance(model, ModelRef) else resolve_model(model)
+        self.show_progress_bar = show_progress_bar
+        specs = plan_devices(devices, self.model.path, None if dtype == "auto" else dtype, normalize_embeddings)
+        self._engine = EncodeEngine(specs, self.model.tokenizer_file, batch_size=batch_size,
+                                    tokenizer_workers=tokenizer_workers, timeout_s=float(timeout_s),
+                                    max_attempts=max_attempts)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embeddings of `texts`, float32 (len(texts), dim), rows in input order."""
+        texts = texts if isinstance(texts, (list, tuple)) else list(texts)
+        [(_, rows)] = list(self._stream([(None, texts)], total=len(texts)))
+        return rows
+
+    def encode_iter(self, texts: Iterable[str]) -> Iterator[np.ndarray]:
+        """One embedding row per text, in order; `texts` is read lazily, so it may be endless."""
+        for _, rows in self._stream((None, (text,)) for text in texts):
+            yield rows[0]
+
+    def encode_groups(self, groups: Iterable[tuple[Any, Sequence[str]]]) -> Iterator[tuple[Any, np.ndarray]]:
+        """(key, embeddings of the group's texts, shape (len, dim)) per (key, texts), in input order.
+
+        `groups` is read in a background thread and may block for long stretches: what has
+        arrived is encoded once the input stalls ~50 ms. An empty group yields zeros((0, dim)).
+        """
+        return self._stream(groups)
+
+    def _stream(self, groups: Iterable[tuple[Any, Sequence[str]]], total: int | None = None):
+        bar = None
+        if self.show_progress_bar:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=total, unit="chunk", desc="Encoding")
+        try:
+            yield from self._engine.encode_groups(groups, bar.update if bar is not None else None)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    @property
+    def dim(self) -> int:
+        """Embedding dimension (waits for the first worker to start)."""
+        return self._engine.dim
+
+    @property
+    def startup_seconds(self) -> list[float]:
+        """Seconds each worker took from launch to ready (waits for all of them)."""
+        return self._engine.startup_seconds
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """chunks, batches, tokenize_s, encode_s, retries, splits, worker_restarts so far."""
+        return self._engine.stats
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return self._engine.worker_pids
+
+    def wait_ready(self) -> EncodePool:
+        """Block until every worker has started; raises EncodeError if one cannot."""
+        self._engine.wait_ready()
+        return self
+
+    def close(self) -> None:
+        """Stop every process of the pool. Idempotent; also runs at interpreter exit."""
+        self._engine.close()
+
+    def __enter__(self) -> EncodePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def encode_multi_process(texts: Sequence[str], model: str | ModelRef = "default", *,
+                         devices: str | Sequence[str] | None = None, batch_size: int = 64,
+                         normalize_embeddings: bool = False, dtype: str | None = None,
+                         timeout_s: float = 300, show_progress_bar: bool = False) -> np.ndarray:
+    """Embed `texts` with a pool started for this call: float32 (len(texts), dim), in input order."""
+    with EncodePool(model, devices=devices or "auto", batch_size=batch_size, dtype=dtype,
+                    normalize_embeddings=normalize_embeddings, timeout_s=timeout_s,
+                    show_progress_bar=show_progress_bar) as pool:
+        return pool.encode(texts)
+
+
+class IngestEmbeddings(Embeddings):
+    """LangChain embeddings backed by an EncodePool, for any LangChain vector store.
+
+    Pass a running pool (you close it), or a model name plus EncodePool keyword arguments
+    (the pool is started here; call close() when done).
+    """
+
+    def __init__(self, pool_or_model: EncodePool | str | ModelRef = "default", **pool_kwargs: Any):
+        if isinstance(pool_or_model, EncodePool):
+            self.pool, self._owns_pool = pool_or_model, False
+        else:
+            self.pool, self._owns_pool = EncodePool(pool_or_model, **pool_kwargs), True
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.pool.encode(list(texts)).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.pool.encode([text])[0].tolist()
+
+    def close(self) -> None:
+        if self._owns_pool:
+            self.pool.close()

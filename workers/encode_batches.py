@@ -1,0 +1,41 @@
+"""The coordinator's units of work: a window (consecutive texts of one run, tokenized and
+sorted by length together) and its batches (what one encode worker computes at a time)."""
+from __future__ import annotations
+
+import numpy as np
+
+from workers.encode_run import EncodeRun
+
+
+class Window:
+    __slots__ = ("run", "number", "first", "texts", "rows", "pending", "tokenize_attempts")
+
+    def __init__(self, run: EncodeRun, number: int, first: int, texts: list[str]):
+        self.run, self.number, self.first, self.texts = run, number, first, texts
+        self.rows: np.ndarray | None = None
+        self.pending = 0
+        self.tokenize_attempts = 0
+
+
+class Batch:
+    __slots__ = ("id", "window", "positions", "ids", "lengths", "attempts", "suspect")
+
+    def __init__(self, batch_id: int, window: Window, positions, ids, lengths, suspect: bool = False):
+        self.id, self.window, self.positions, self.ids, self.lengths = batch_id, window, positions, ids, lengths
+        self.attempts = 0
+        self.suspect = suspect                 # already failed in a larger batch: split at once
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def halves(self, first_id: int) -> tuple[Batch, Batch]:
+        h = len(self) // 2                     # rows are sorted longest first: trim the padding
+        a = Batch(first_id, self.window, self.positions[:h], self.ids[:h, :self.lengths[0]], self.lengths[:h], True)
+        b = Batch(first_id + 1, self.window, self.positions[h:], self.ids[h:, :self.lengths[h]], self.lengths[h:], True)
+        return a, b
+
+    def describe_first_chunk(self) -> tuple[int, str]:
+        position = int(self.positions[0])
+        text = self.window.texts[position]
+        prefix = repr(text[:40] + ("…" if len(text) > 40 else ""))
+        return self.window.first + position, prefix

@@ -1,0 +1,402 @@
+"""The encode pool's engine: one encode worker per device, a pebble pool of tokenizer processes,
+and the coordinator thread that feeds them, handles their faults and streams results in order.
+
+NOTE (threads in the parent): the coordinator thread owns every worker handle, window and
+batch. Other threads reach it only through thread-safe queues (the event queue, each run's
+inbox) and wake it through a self-pipe; it sleeps in multiprocessing.connection.wait on the
+workers' result pipes, their sentinels and that pipe, never longer than the nearest
+deadline. Faults and their handling: NOTE in workers/encode_protocol.py.
+
+NOTE (devices): the parent never imports torch. "auto" starts one worker with device "auto";
+it imports torch, reports how many CUDA devices it sees (DevicesFound) before loading the
+model and takes cuda:0 (or the CPU, with all cores); the coordinator then starts one worker
+for each further CUDA device.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import replace
+from functools import partial
+from multiprocessing.connection import wait
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+from pebble import ProcessExpired, ProcessPool
+
+from workers.encode_batches import Batch, Window
+from workers.encode_process import EncodeProcess
+from workers.encode_protocol import (DevicesFound, EncodeError, EncodeTask, TaskDone, TaskFailed,
+                                     TaskStarted, WorkerReady, WorkerSpec)
+from workers.encode_run import EncodeRun
+from workers.encode_worker import fault_hook_active
+from workers.messages import Failure
+from workers.spawn import SPAWN
+from workers.tokenize import init_tokenizer_process, tokenize_window
+
+START_TIMEOUT_S = 600.0          # loading a model may take minutes on a cold disk
+WINDOW_BATCHES = 8               # batches per window: the span sorted by length
+
+
+class EncodeEngine:
+    def __init__(self, specs: list[WorkerSpec], tokenizer_file: str, *, batch_size: int, tokenizer_workers: int,
+                 timeout_s: float, max_attempts: int):
+        self.batch_size = batch_size
+        self.timeout_s = timeout_s
+        self.max_attempts = max_attempts
+        self._tokenizer_file = tokenizer_file
+        self._tokenizer_workers = tokenizer_workers
+        self._tokenizers: ProcessPool | None = None          # started with the first WorkerReady
+        self._with_texts = fault_hook_active()
+        self._window_size = batch_size * WINDOW_BATCHES
+        self._max_windows = 2 + 2 * (tokenizer_workers + len(specs))
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._runs: list[EncodeRun] = []
+        self._ready: deque[Batch] = deque()
+        self._next_id = 0
+        self._stats: dict[str, Any] = {"chunks": 0, "batches": 0, "tokenize_s": 0.0, "encode_s": 0.0,
+                                       "retries": 0, "splits": 0, "worker_restarts": 0, "tokenizer_restarts": 0}
+        self._start_failures: dict[int, int] = {}
+        self._broken: EncodeError | None = None
+        self._dim: int | None = None
+        self._max_seq_length = 0
+        self._tokenizer_threads = 1
+        self._first_ready = threading.Event()
+        self._all_ready = threading.Event()
+        self._devices_known = "auto" not in [s.device for s in specs]
+        self._closing = False
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._workers = [EncodeProcess(slot, spec) for slot, spec in enumerate(specs)]
+        self._thread = threading.Thread(target=self._coordinate, name="ingest-encode-coordinator", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    # -- caller side ---------------------------------------------------------------
+    def encode_groups(self, groups: Iterable[tuple[Any, Any]], on_rows=None) -> Iterator[tuple[Any, np.ndarray]]:
+        dim = self.dim
+        run = EncodeRun(groups, self._window_size, self._max_windows, self._wake)
+        self._events.put(run)
+        self._wake()
+        yield from run.results(dim, self._check_alive, on_rows)
+
+    @property
+    def dim(self) -> int:
+        self._wait(self._first_ready)
+        return self._dim
+
+    def wait_ready(self) -> None:
+        """Block until every current worker (replacements included) has started; raises
+        EncodeError if one cannot."""
+        self._wait(self._all_ready)
+        while not all(w.ready for w in self._workers):
+            self._check_alive()
+            time.sleep(0.05)
+
+    @property
+    def startup_seconds(self) -> list[float]:
+        self.wait_ready()
+        return [w.startup_seconds for w in self._workers]
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [w.process.pid for w in self._workers]
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """chunks and batches done, seconds tokenizing and encoding (summed over processes),
+        retries, splits, worker and tokenizer-pool restarts."""
+        return dict(self._stats)
+
+    def _wait(self, event: threading.Event) -> None:
+        while not event.wait(0.25):
+            self._check_alive()
+        self._check_alive()
+
+    def _check_alive(self) -> None:
+        if self._broken is not None:
+            raise self._broken
+        if self._closed or not self._thread.is_alive():
+            raise EncodeError("encode pool is closed")
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"\0")
+        except (BlockingIOError, OSError):     # full: a wake-up is pending anyway; closed: shutting down
+            pass
+
+    def close(self) -> None:
+        """Stop the workers (finishing batches already sent, up to a few seconds) and the tokenizers."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self.close)
+        self._closing = True
+        self._wake()
+        if self._thread is not threading.current_thread():
+            self._thread.join(10)
+        for run in self._runs:
+            run.fail(EncodeError("encode pool closed"))
+        for w in self._workers:
+            w.stop()
+        deadline = time.monotonic() + 3
+        for w in self._workers:
+            w.finish(deadline - time.monotonic())
+        if self._tokenizers is not None:
+            self._tokenizers.stop()
+            self._tokenizers.join(5)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    # -- coordinator thread ----------------------------------------------------------
+    def _coordinate(self) -> None:
+        try:
+            while not self._closing and self._broken is None:
+                self._drain_wake_pipe()
+                self._take_events()
+                for w in list(self._workers):
+                    self._poll(w)
+                self._check_deadlines()
+                self._runs = [r for r in self._runs if not (r.stopped or r.finished)]
+                self._cut_windows()
+                self._dispatch()
+                self._sleep()
+        except BaseException as exc:           # a bug here must not leave callers waiting
+            self._break(EncodeError(f"encode pool coordinator failed: {type(exc).__name__}: {exc}",
+                                    Failure("encode pool coordinator", str(exc), traceback=traceback.format_exc())))
+
+    def _drain_wake_pipe(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _take_events(self) -> None:
+        while True:
+            try:
+                event = self._events.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(event, EncodeRun):
+                self._runs.append(event)
+            else:
+                self._on_tokenized(*event)
+
+    def _poll(self, w: EncodeProcess) -> None:
+        alive = w.process.is_alive()           # checked first: what it sent before dying is read below
+        try:
+            while w.results.poll():
+                self._on_message(w, w.results.recv())
+        except (EOFError, OSError):
+            alive = False
+        if not alive:
+            w.process.join(1)
+            self._lost(w, Failure.describe_exit(w.process.exitcode).removeprefix("worker "))
+
+    def _on_message(self, w: EncodeProcess, msg: Any) -> None:
+        now = time.monotonic()
+        if isinstance(msg, TaskStarted):
+            w.running.add(msg.batch_id)
+            w.last_progress = now
+        elif isinstance(msg, TaskDone):
+            batch = self._finish_task(w, msg.batch_id, now)
+            if batch is not None:
+                self._store(batch, msg)
+        elif isinstance(msg, TaskFailed):
+            batch = self._finish_task(w, msg.batch_id, now)
+            if batch is not None:
+                self._failed(batch, msg.failure, crashed=False)
+        elif isinstance(msg, DevicesFound):
+            self._on_devices(w, msg.cuda_devices)
+        elif isinstance(msg, WorkerReady):
+            self._on_ready(w, msg, now)
+        elif isinstance(msg, Failure):         # start-up failed: deterministic, so the pool is broken
+            self._break(EncodeError(f"{msg.where} (pid {msg.pid}) {msg.error}", msg))
+
+    def _finish_task(self, w: EncodeProcess, batch_id: int, now: float) -> Batch | None:
+        w.running.discard(batch_id)
+        w.last_progress = now
+        batch = w.in_flight.pop(batch_id, None)
+        return None if batch is None or batch.window.run.stopped else batch
+
+    def _on_devices(self, w: EncodeProcess, cuda_devices: int) -> None:
+        w.spec = replace(w.spec, device="cuda:0" if cuda_devices else "cpu")
+        for index in range(1, cuda_devices):
+            self._workers.append(EncodeProcess(len(self._workers), replace(w.spec, device=f"cuda:{index}")))
+        self._devices_known = True
+
+    def _on_ready(self, w: EncodeProcess, msg: WorkerReady, now: float) -> None:
+        w.ready, w.startup_seconds, w.last_progress = msg, now - w.launched, now
+        self._start_failures.pop(w.slot, None)
+        if self._tokenizers is None:           # truncate exactly where the loaded model does
+            self._dim, self._max_seq_length = msg.dim, msg.max_seq_length
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            on_gpu = msg.device.startswith("cuda")
+            self._tokenizer_threads = max(1, cores // self._tokenizer_workers) if on_gpu else 1
+            self._start_tokenizers()
+            self._first_ready.set()
+        if self._devices_known and all(x.ready for x in self._workers):
+            self._all_ready.set()
+
+    def _store(self, batch: Batch, msg: TaskDone) -> None:
+        window = batch.window
+        window.rows[batch.positions] = msg.embeddings
+        self._stats["chunks"] += len(batch)
+        self._stats["batches"] += 1
+        self._stats["encode_s"] += msg.seconds
+        window.pending -= 1
+        if window.pending == 0:
+            window.run.window_done(window.number, window.rows)
+
+    def _lost(self, w: EncodeProcess, reason: str) -> None:
+        """Kill and replace a dead or hung worker; requeue what it held, blame what it ran."""
+        w.kill()
+        failure = Failure(w.where, reason, pid=w.process.pid, exitcode=w.process.exitcode)
+        if w.ready is None:
+            self._start_failures[w.slot] = self._start_failures.get(w.slot, 0) + 1
+            if self._start_failures[w.slot] >= self.max_attempts:
+                self._break(EncodeError(f"{w.where} (pid {failure.pid}) did not start: {reason}", failure))
+                return
+        self._workers[w.slot] = EncodeProcess(w.slot, w.spec)
+        self._stats["worker_restarts"] += 1
+        for batch in reversed(w.in_flight.values()):
+            if batch.id not in w.running and not batch.window.run.stopped:
+                self._ready.appendleft(batch)
+        for batch_id in w.running:              # one of them, on CUDA maybe both, brought it down
+            batch = w.in_flight[batch_id]
+            if not batch.window.run.stopped:
+                self._failed(batch, failure, crashed=True)
+
+    def _failed(self, batch: Batch, failure: Failure, crashed: bool) -> None:
+        """Retry, split or give up on a batch (policy: NOTE in workers/encode_protocol.py)."""
+        batch.attempts += 1
+        if len(batch) > 1:
+            if crashed and not batch.suspect and batch.attempts < min(2, self.max_attempts):
+                self._stats["retries"] += 1
+                self._ready.appendleft(batch)
+                return
+            self._stats["splits"] += 1
+            batch.window.pending += 1              # one batch became two
+            self._ready.extendleft(reversed(batch.halves(self._new_ids(2))))
+            return
+        if crashed and batch.attempts < self.max_attempts:
+            self._stats["retries"] += 1
+            self._ready.appendleft(batch)
+            return
+        index, prefix = batch.describe_first_chunk()
+        tries = f" (attempt {batch.attempts} of {self.max_attempts})" if crashed else ""
+        batch.window.run.fail(EncodeError(f"chunk {index} ({prefix}): {failure.where} (pid {failure.pid}) "
+                                          f"{failure.error}{tries}", failure, index))
+
+    def _new_ids(self, n: int) -> int:
+        first, self._next_id = self._next_id, self._next_id + n
+        return first
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        for w in list(self._workers):
+            if w.ready is None and now - w.launched > START_TIMEOUT_S:
+                self._lost(w, f"did not start within {START_TIMEOUT_S:g} s")
+            elif w.ready is not None and w.in_flight and now - w.last_progress > self.timeout_s:
+                self._lost(w, f"timed out after {self.timeout_s:g} s")
+
+    def _cut_windows(self) -> None:
+        if self._tokenizers is None:
+            return
+        now = time.monotonic()
+        for run in self._runs:
+            while (cut := run.next_window(now)) is not None:
+                self._tokenize(Window(run, *cut))
+
+    def _start_tokenizers(self) -> None:
+        self._tokenizers = ProcessPool(max_workers=self._tokenizer_workers, initializer=init_tokenizer_process,
+                                       initargs=(self._tokenizer_file, self._max_seq_length, self._tokenizer_threads),
+                                       context=SPAWN)
+
+    def _tokenize(self, window: Window) -> None:
+        args = (window.texts, self.batch_size)
+        try:
+            future = self._tokenizers.schedule(tokenize_window, args=args, timeout=self.timeout_s)
+        except RuntimeError:                   # pebble's pool breaks if an idle worker dies: start anew
+            self._tokenizers.stop()
+            self._tokenizers.join(5)
+            self._stats["tokenizer_restarts"] += 1
+            self._start_tokenizers()
+            future = self._tokenizers.schedule(tokenize_window, args=args, timeout=self.timeout_s)
+        future.add_done_callback(partial(self._post_tokenized, window))
+
+    def _post_tokenized(self, window: Window, future) -> None:      # runs in a pebble thread
+        self._events.put((window, future))
+        self._wake()
+
+    def _on_tokenized(self, window: Window, future) -> None:
+        if window.run.stopped:
+            return
+        try:
+            tokenized = future.result()
+        except Exception as exc:
+            window.tokenize_attempts += 1
+            if window.tokenize_attempts < self.max_attempts:
+                self._stats["retries"] += 1
+                self._tokenize(window)
+                return
+            what = (f"killed ({Failure.describe_exit(exc.exitcode)})" if isinstance(exc, ProcessExpired)
+                    else f"timed out after {self.timeout_s:g} s" if isinstance(exc, TimeoutError)
+                    else f"raised {type(exc).__name__}: {exc}")
+            failure = Failure("tokenizer process", what, pid=getattr(exc, "pid", None),
+                              traceback=str(exc.__cause__ or "") or None)
+            text = window.texts[0]
+            window.run.fail(EncodeError(f"chunks {window.first}-{window.first + len(window.texts) - 1} "
+                                        f"(first {text[:40]!r}): tokenizer process {what}", failure, window.first))
+            return
+        self._stats["tokenize_s"] += tokenized.seconds
+        window.rows = np.empty((len(window.texts), self._dim), dtype=np.float32)
+        window.pending = len(tokenized.batches)
+        first = self._new_ids(len(tokenized.batches))
+        for i, b in enumerate(tokenized.batches):
+            self._ready.append(Batch(first + i, window, b.positions, b.ids, b.lengths))
+
+    def _dispatch(self) -> None:
+        ready = [w for w in self._workers if w.ready is not None]
+        while self._ready and ready:
+            w = min(ready, key=lambda x: len(x.in_flight))
+            if len(w.in_flight) >= (4 if w.ready.device.startswith("cuda") else 2):   # launched + queued
+                return
+            batch = self._ready.popleft()
+            if batch.window.run.stopped:
+                continue
+            texts = tuple(batch.window.texts[p] for p in batch.positions) if self._with_texts else None
+            w.submit(batch, EncodeTask(batch.id, batch.ids, batch.lengths, texts))
+
+    def _sleep(self) -> None:
+        now = time.monotonic()
+        until = now + 0.5
+        for w in self._workers:
+            if w.ready is None:
+                until = min(until, w.launched + START_TIMEOUT_S)
+            elif w.in_flight:
+                until = min(until, w.last_progress + self.timeout_s)
+        if self._tokenizers is not None:
+            for run in self._runs:
+                if (due := run.stall_deadline()) is not None:
+                    until = min(until, due)
+        handles = [w.results for w in self._workers] + [w.process.sentinel for w in self._workers]
+        wait(handles + [self._wake_r], max(0.0, until - now) + 0.001)
+
+    def _break(self, error: EncodeError) -> None:
+        """The pool cannot go on: fail every run, wake every waiter."""
+        self._broken = error
+        for run in self._runs:
+            run.fail(error)
+        self._first_ready.set()
+        self._all_ready.set()

@@ -1,0 +1,101 @@
+"""Parent-side handle of one encode worker process: start it, send it batches, stop it.
+
+Tasks go through a sender thread, so the coordinator never blocks on a full pipe while the
+worker computes. The parent closes its copies of the child's pipe ends, so a dead worker
+reads as EOF and a send to it fails with EPIPE instead of blocking. Only the coordinator
+thread touches `in_flight`, `running`, `ready` and `last_progress`.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from typing import Any, Iterable
+
+from workers import encode_worker
+from workers.encode_protocol import EncodeTask, WorkerReady, WorkerSpec
+from workers.spawn import SPAWN
+
+
+def plan_devices(devices: str | Iterable[str] | None, model_path: str, dtype: str | None,
+                 normalize: bool) -> list[WorkerSpec]:
+    """One WorkerSpec per worker; CPU workers split the cores between them."""
+    names = ["auto"] if devices in (None, "auto") else [devices] if isinstance(devices, str) else list(devices)
+    names = ["cuda:0" if n == "cuda" else n for n in names]
+    for name in names:
+        if not (name in ("auto", "cpu") or (name.startswith("cuda:") and name[5:].isdigit())):
+            raise ValueError(f"device {name!r}: use \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"")
+    if not names or ("auto" in names and len(names) > 1):
+        raise ValueError("devices: \"auto\" or a non-empty list of devices such as [\"cuda:0\"]")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = max(1, cores // max(1, sum(n in ("auto", "cpu") for n in names)))
+    return [WorkerSpec(model_path, name, dtype, threads, normalize) for name in names]
+
+
+class EncodeProcess:
+    def __init__(self, slot: int, spec: WorkerSpec):
+        self.slot = slot
+        self.spec = spec
+        task_reader, self._task_writer = SPAWN.Pipe(duplex=False)
+        self.results, result_writer = SPAWN.Pipe(duplex=False)
+        self.process = SPAWN.Process(target=encode_worker.main, args=(spec, task_reader, result_writer),
+                                     name=f"ingest-encode-{slot}", daemon=True)
+        self.process.start()
+        task_reader.close()
+        result_writer.close()
+        self.launched = time.monotonic()
+        self.ready: WorkerReady | None = None
+        self.startup_seconds: float | None = None
+        self.in_flight: dict[int, Any] = {}     # batch id -> batch, in the order sent
+        self.running: set[int] = set()          # ids the worker started and has not answered
+        self.last_progress = self.launched
+        self._outgoing: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._send_loop, name=f"ingest-encode-sender-{slot}", daemon=True).start()
+
+    @property
+    def where(self) -> str:
+        return f"encode worker {self.ready.device if self.ready else self.spec.device}"
+
+    def submit(self, batch: Any, task: EncodeTask) -> None:
+        if not self.in_flight:
+            self.last_progress = time.monotonic()
+        self.in_flight[batch.id] = batch
+        self._outgoing.put(task)
+
+    def _send_loop(self) -> None:
+        try:
+            while True:
+                task = self._outgoing.get()
+                self._task_writer.send(task)
+                if task is None:
+                    return
+        except OSError:                         # the worker is gone (EPIPE)
+            return
+        finally:
+            self._task_writer.close()
+
+    def kill(self) -> None:
+        """SIGKILL and reap (a hung or dying worker)."""
+        self.process.kill()
+        self.process.join(5)
+        self._close_pipes()
+
+    def stop(self) -> None:
+        """Ask the worker to finish its queued batches and exit."""
+        self._outgoing.put(None)
+
+    def finish(self, grace_s: float) -> None:
+        """Wait up to grace_s for a stopped worker to exit, then terminate, then kill."""
+        self.process.join(max(grace_s, 0.0))
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(1)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(1)
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        self._outgoing.put(None)                # the sender thread exits (EPIPE) and closes its end
+        self.results.close()

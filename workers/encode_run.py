@@ -1,0 +1,191 @@
+"""One call's stream through the encode pool: its input feeder, its windows, its ordered output.
+
+A run reads its (key, texts) groups in a feeder thread, since the iterable may block for long
+stretches (document loaders feed it). The coordinator cuts the arrived texts into windows:
+a full window, or whatever is there once the oldest waiting text has waited STALL_S, or the
+rest when the input ends; it never waits to fill a window. Finished windows come back to
+`window_done`, a reorder buffer keyed by window number that releases them in input order;
+the caller's thread re-cuts their rows into groups. Memory stays bounded: at most
+`max_windows` windows exist between being cut and being taken by the caller, and the feeder
+blocks on a bounded inbox, so an input larger than RAM is consumed lazily.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+
+STALL_S = 0.05
+_END = object()
+
+
+class EncodeRun:
+    def __init__(self, groups: Iterable[tuple[Any, Any]], window_size: int, max_windows: int,
+                 wake: Callable[[], None]):
+        self.window_size = window_size
+        self.stopped = False                 # failed or abandoned: the coordinator drops it
+        self._wake = wake
+        self._inbox: queue.Queue = queue.Queue(maxsize=window_size)
+        self._layout: deque[tuple[Any, int]] = deque()    # (key, rows) in input order
+        self._results: queue.Queue = queue.Queue()        # windows' rows in order, None, or an error
+        self._error: BaseException | None = None
+        self._input_done = threading.Event()
+        self._slots_lock = threading.Lock()
+        self._free_slots = max_windows
+        # coordinator-only state
+        self._pending: deque[str] = deque()
+        self._oldest = 0.0                   # arrival time of the oldest pending text
+        self._input_ended = False
+        self._cut = 0                        # texts cut into windows so far
+        self._windows = 0
+        self._delivered = 0
+        self._done: dict[int, np.ndarray] = {}
+        threading.Thread(target=self._feed, args=(groups,), name="ingest-encode-feeder", daemon=True).start()
+
+    # -- feeder thread ---------------------------------------------------------------
+    def _feed(self, groups: Iterable[tuple[Any, Any]]) -> None:
+        seen = 0
+        try:
+            for key, texts in groups:
+                if self.stopped:
+                    return
+                if not isinstance(texts, (list, tuple)):
+                    texts = list(texts)
+                for i, text in enumerate(texts):
+                    if not isinstance(text, str):
+                        where = f"text {seen + i}" if key is None else f"text {i} of group {key!r}"
+                        raise TypeError(f"{where} is {type(text).__name__}, not str")
+                seen += len(texts)
+                self._layout.append((key, len(texts)))
+                if texts:
+                    self._put((time.monotonic(), texts))
+                else:
+                    self._results.put(None)          # lets the caller yield the empty group now
+            self._put(_END)
+        except BaseException as exc:                 # the input's own error, raised to the caller
+            self.fail(exc)
+        finally:
+            self._input_done.set()
+            self._results.put(None)
+
+    def _put(self, item: Any) -> None:
+        while not self.stopped:
+            try:
+                self._inbox.put(item, timeout=0.25)
+            except queue.Full:
+                continue
+            self._wake()
+            return
+
+    # -- coordinator thread ----------------------------------------------------------
+    def next_window(self, now: float) -> tuple[int, int, list[str]] | None:
+        """(window number, run index of its first text, texts) if one is due and may be cut."""
+        while len(self._pending) < self.window_size and not self._input_ended:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is _END:
+                self._input_ended = True
+            else:
+                if not self._pending:
+                    self._oldest = item[0]
+                self._pending.extend(item[1])
+        if not self._pending or not (len(self._pending) >= self.window_size or self._input_ended
+                                     or now - self._oldest >= STALL_S):
+            return None
+        with self._slots_lock:
+            if not self._free_slots:
+                return None
+            self._free_slots -= 1
+        texts = [self._pending.popleft() for _ in range(min(self.window_size, len(self._pending)))]
+        cut = (self._windows, self._cut, texts)
+        self._windows += 1
+        self._cut += len(texts)
+        return cut
+
+    def stall_deadline(self) -> float | None:
+        """When the pending texts are due as a partial window (None: nothing to wait for)."""
+        with self._slots_lock:
+            free = self._free_slots > 0
+        return self._oldest + STALL_S if self._pending and free else None
+
+    def window_done(self, number: int, rows: np.ndarray) -> None:
+        self._done[number] = rows
+        while self._delivered in self._done:
+            self._results.put(self._done.pop(self._delivered))
+            self._delivered += 1
+
+    @property
+    def finished(self) -> bool:
+        return self._input_ended and not self._pending and self._delivered == self._windows
+
+    # -- any thread ------------------------------------------------------------------
+    def fail(self, error: BaseException) -> None:
+        """End the run with `error`, delivered to the caller after the rows already released."""
+        if self._error is None:
+            self._error = error
+            self.stopped = True
+            self._results.put(error)
+
+    # -- caller's thread -------------------------------------------------------------
+    def results(self, dim: int, check_alive: Callable[[], None],
+                on_rows: Callable[[int], None] | None = None) -> Iterator[tuple[Any, np.ndarray]]:
+        rows = _Rows(dim)
+        try:
+            while True:
+                while self._layout and self._layout[0][1] <= rows.count:
+                    key, n = self._layout.popleft()
+                    yield key, rows.take(n)
+                if self._input_done.is_set() and self._error is None and not self._layout:
+                    return
+                try:
+                    item = self._results.get(timeout=0.25)
+                except queue.Empty:
+                    check_alive()
+                    continue
+                if isinstance(item, BaseException):
+                    raise item
+                if item is not None:
+                    rows.add(item)
+                    with self._slots_lock:
+                        self._free_slots += 1
+                    self._wake()
+                    if on_rows is not None:
+                        on_rows(len(item))
+        finally:
+            self.stopped = True
+            self._wake()
+
+
+class _Rows:
+    """Rows of finished windows waiting to be cut into groups."""
+
+    def __init__(self, dim: int):
+        self.dim = dim
+        self.count = 0
+        self._parts: deque[np.ndarray] = deque()
+
+    def add(self, part: np.ndarray) -> None:
+        self._parts.append(part)
+        self.count += len(part)
+
+    def take(self, n: int) -> np.ndarray:
+        out, need = [], n
+        while need:
+            part = self._parts[0]
+            if len(part) <= need:
+                out.append(self._parts.popleft())
+                need -= len(part)
+            else:
+                out.append(part[:need])
+                self._parts[0] = part[need:]
+                need = 0
+        self.count -= n
+        if len(out) == 1:
+            return out[0]
+        return np.concatenate(out) if out else np.zeros((0, self.dim), dtype=np.float32)

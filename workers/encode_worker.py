@@ -1,0 +1,246 @@
+"""Encode worker process: loads the SentenceTransformer itself and embeds pre-tokenized batches.
+
+The model is loaded from the resolved local directory in this process (never pickled
+through a pipe). Each batch runs the model's own modules on the features (input_ids,
+attention_mask, and token_type_ids when the tokenizer has them) under
+torch.inference_mode, like SentenceTransformer.encode minus its tokenization. On CUDA, the
+next batch is pinned, copied and launched while the current one computes (_Runner).
+torch is imported inside functions only: the parent imports this module for `main`.
+Protocol and fault handling: NOTE in workers/encode_protocol.py.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import random
+import signal
+import sys
+import time
+import traceback
+from collections import deque
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+from workers.encode_protocol import (DevicesFound, EncodeTask, TaskDone, TaskFailed, TaskStarted,
+                                     WorkerReady, WorkerSpec)
+from workers.messages import Failure
+from workers.spawn import watch_parent
+
+FAULT_ENV = "INGEST_FAULT"
+
+
+def fault_hook_active() -> bool:
+    """Whether tasks must carry their texts (only the test hook below reads them)."""
+    return bool(os.environ.get(FAULT_ENV))
+
+
+class FaultHook:
+    """Test hook, off unless INGEST_FAULT is set when the worker starts. Its value is a JSON rule
+    or list of rules: {"match": "POISON", "action": "hang|exit|raise|delay", "seconds": 0.3,
+    "once_file": "/tmp/x"}. Before each batch, the first rule whose `match` occurs in one of
+    the batch's texts fires: hang sleeps for ever, exit calls os._exit(3), raise raises
+    RuntimeError, delay sleeps uniform(0, seconds). With once_file, a rule fires only in the
+    process that creates that file first, so a replacement worker does not hit it again."""
+
+    def __init__(self, value: str | None):
+        rules = json.loads(value) if value else []
+        self.rules = [rules] if isinstance(rules, dict) else rules
+
+    def fire(self, texts: tuple[str, ...] | None) -> None:
+        for rule in self.rules:
+            if texts is None or not any(rule.get("match", "") in t for t in texts):
+                continue
+            if rule.get("once_file"):
+                try:
+                    os.close(os.open(rule["once_file"], os.O_CREAT | os.O_EXCL))
+                except FileExistsError:
+                    continue
+            action = rule["action"]
+            if action == "hang":
+                while True:
+                    time.sleep(3600)
+            if action == "exit":
+                os._exit(3)
+            if action == "raise":
+                raise RuntimeError(f"injected fault for {rule.get('match')!r}")
+            if action == "delay":
+                time.sleep(random.uniform(0, float(rule.get("seconds", 0.1))))
+            return
+
+
+class _Runner:
+    """The model on one device. launch() starts a batch and returns a handle, collect() waits
+    for its embeddings. On CUDA both are asynchronous: the ids go host -> device from pinned
+    memory on a side stream, the embeddings come back into pinned memory, and `depth` = 2
+    batches are in flight, so the GPU computes one while this process launches the next and
+    copies its input. On the CPU, launch() computes and depth is 1."""
+
+    def __init__(self, spec: WorkerSpec, device: str):
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        self.torch = torch
+        self.cuda = device.startswith("cuda")
+        self.device = torch.device(device)
+        self.depth = 2 if self.cuda else 1
+        if self.cuda:
+            torch.cuda.set_device(self.device)
+            self.copy_stream = torch.cuda.Stream(self.device)
+        else:
+            torch.set_num_threads(spec.threads)
+        _quiet_transformers()
+        model = SentenceTransformer(spec.model_path, device=device)
+        dtype = spec.dtype or ("float16" if self.cuda else "float32")
+        self.model = model.to(getattr(torch, dtype)).eval()
+        self.normalize = spec.normalize
+        names = getattr(getattr(model[0], "tokenizer", None), "model_input_names", None)
+        self.wants_token_types = names is None or "token_type_ids" in names
+        dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        self.dim = int(dim_of())
+        self.max_seq_length = int(model.max_seq_length)
+
+    def launch(self, task: EncodeTask):
+        torch = self.torch
+        ids, lengths = torch.from_numpy(task.ids), torch.from_numpy(task.lengths)
+        with torch.inference_mode():
+            if not self.cuda:
+                return self._forward(ids, lengths), None
+            with torch.cuda.stream(self.copy_stream):
+                ids = ids.pin_memory().to(self.device, non_blocking=True)
+                lengths = lengths.pin_memory().to(self.device, non_blocking=True)
+            compute = torch.cuda.current_stream(self.device)
+            compute.wait_stream(self.copy_stream)
+            ids.record_stream(compute)          # allocated on the copy stream, used on this one
+            lengths.record_stream(compute)
+            out = self._forward(ids, lengths)
+            host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+            host.copy_(out, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(compute)
+            return host, done
+
+    def _forward(self, ids, lengths):
+        torch = self.torch
+        ids = ids.long()
+        mask = (torch.arange(ids.shape[1], device=ids.device)[None, :] < lengths[:, None]).long()
+        features = {"input_ids": ids, "attention_mask": mask}
+        if self.wants_token_types:
+            features["token_type_ids"] = torch.zeros_like(ids)
+        out = self.model(features)["sentence_embedding"].float()
+        return torch.nn.functional.normalize(out, p=2, dim=1) if self.normalize else out
+
+    def collect(self, handle) -> np.ndarray:
+        out, done = handle
+        if done is not None:
+            done.synchronize()                  # this batch only; the next one keeps computing
+        return out.numpy()
+
+    def recover(self, exc: Exception) -> None:
+        """After a failed batch: free cached memory after an out-of-memory error; exit after any
+        other CUDA error, which leaves the context unusable (the parent starts a new worker)."""
+        if not self.cuda:
+            return
+        if isinstance(exc, self.torch.cuda.OutOfMemoryError):
+            self.torch.cuda.empty_cache()
+        elif "CUDA" in str(exc):
+            os._exit(1)
+
+
+def _quiet_transformers() -> None:
+    """No "Loading weights" progress bar from every worker on the caller's terminal."""
+    try:
+        from transformers.utils import logging
+
+        logging.disable_progress_bar()
+    except ImportError:
+        pass
+
+
+def main(spec: WorkerSpec, inbox: Connection, outbox: Connection) -> None:
+    """Process target: start up, report WorkerReady (or a Failure), then serve batches."""
+    watch_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)       # the parent decides when workers stop
+    where = f"encode worker {spec.device}"
+    try:
+        device = _resolve_device(spec, outbox)
+        where = f"encode worker {device}"
+        runner = _Runner(spec, device)
+        warm_up = EncodeTask(-1, ids=np.zeros((1, 2), np.int32), lengths=np.array([2], np.int32), texts=None)
+        runner.collect(runner.launch(warm_up))   # first-call costs count as start-up
+    except BaseException as exc:
+        outbox.send(Failure(where, f"failed to start: {type(exc).__name__}: {exc}", pid=os.getpid(),
+                            traceback=traceback.format_exc()))
+        return
+    outbox.send(WorkerReady(os.getpid(), device, runner.dim, runner.max_seq_length))
+    try:
+        _serve(runner, inbox, outbox, FaultHook(os.environ.get(FAULT_ENV)), where)
+    except BrokenPipeError:                              # the parent is gone
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)            # skip the interpreter's teardown of torch (~1 s): nothing is left to save
+
+
+def _resolve_device(spec: WorkerSpec, outbox: Connection) -> str:
+    if spec.device != "auto":
+        return spec.device
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    outbox.send(DevicesFound(count))
+    return "cuda:0" if count else "cpu"
+
+
+def _receive(inbox: Connection, block: bool) -> EncodeTask | None | bool:
+    """The next task; None means stop (asked to, or the parent is gone); False means none
+    waiting (block=False only)."""
+    parent = mp.parent_process()
+    try:
+        while not inbox.poll(1.0 if block else 0):
+            if not block:
+                return False
+            if parent is not None and not parent.is_alive():
+                return None
+        return inbox.recv()
+    except (EOFError, OSError):
+        return None
+
+
+def _serve(runner: _Runner, inbox: Connection, outbox: Connection, faults: FaultHook, where: str) -> None:
+    """Launch up to runner.depth batches, then report the oldest when its embeddings are back."""
+    launched: deque = deque()       # (task, handle, start time), oldest first
+    stopping = False
+
+    def fail(task: EncodeTask, exc: Exception) -> None:
+        outbox.send(TaskFailed(task.batch_id, Failure(where, f"raised {type(exc).__name__}: {exc}",
+                                                      pid=os.getpid(), traceback=traceback.format_exc())))
+        runner.recover(exc)
+
+    while True:
+        while not stopping and len(launched) < runner.depth:
+            task = _receive(inbox, block=not launched)
+            if task is False:
+                break
+            if task is None:
+                stopping = True
+                break
+            outbox.send(TaskStarted(task.batch_id))   # before anything that could fail or hang
+            started = time.perf_counter()
+            try:
+                faults.fire(task.texts)
+                launched.append((task, runner.launch(task), started))
+            except Exception as exc:
+                fail(task, exc)
+        if not launched:
+            if stopping:
+                return
+            continue
+        task, handle, started = launched.popleft()
+        try:
+            embeddings = runner.collect(handle)
+        except Exception as exc:
+            fail(task, exc)
+            continue
+        outbox.send(TaskDone(task.batch_id, embeddings, time.perf_counter() - started))

@@ -155,6 +155,7 @@ class Store:
 
     def ids(self) -> list[str]:
         """Every primary key (for consistency checks on small stores)."""
+        self.client.load_collection(self.collection)
         it = self.client.query_iterator(self.collection, filter='id != ""', output_fields=["id"], batch_size=1000)
         out: list[str] = []
         while batch := it.next():

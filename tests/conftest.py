@@ -54,15 +54,32 @@ def search(cwd: Path, query: str, k: int = 5) -> list[dict]:
     return json.loads(res.stdout)
 
 
-def row_ids(cwd: Path) -> list[str]:
-    """Every primary key in the test store (opened in this process, after the run has exited)."""
-    from ingest.store import Store
+_DUMP = """
+import json, sys
+from ingest.store import Store
+store = Store(sys.argv[1], "documents")
+rows = []
+if store.exists():
+    store.client.load_collection("documents")
+    it = store.client.query_iterator("documents", filter='id != ""', output_fields=["id", "source", "file_hash"],
+                                     batch_size=1000)
+    while batch := it.next():
+        rows.extend({"id": r["id"], "source": r["source"], "file_hash": r["file_hash"]} for r in batch)
+    it.close()
+print(json.dumps(rows))
+"""
 
-    store = Store(str(cwd / "store.db"), "documents")
-    try:
-        return store.ids() if store.exists() else []
-    finally:
-        store.close()
+
+def store_rows(cwd: Path) -> list[dict]:
+    """Every row's id, source and file_hash, read by a separate process (Milvus Lite locks its file)."""
+    proc = subprocess.run([sys.executable, "-c", _DUMP, str(cwd / "store.db")], capture_output=True, text=True,
+                          env=cli_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def row_ids(cwd: Path) -> list[str]:
+    return [r["id"] for r in store_rows(cwd)]
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import cli_env, row_ids, run
+from conftest import cli_env, row_ids, run, store_rows
 from test_faults import _wait_recorded
 
 SMALL_CHUNKS = "[chunking]\nchunk_tokens = 24\noverlap_tokens = 4\n"
@@ -24,20 +24,10 @@ SENTENCES = [
 
 
 def rows_by_source(work: Path) -> dict[str, set[str]]:
-    from ingest.store import Store
-
-    store = Store(str(work / "store.db"), "documents")
-    try:
-        it = store.client.query_iterator("documents", filter='id != ""', output_fields=["source", "file_hash"],
-                                         batch_size=1000)
-        out: dict[str, set[str]] = {}
-        while batch := it.next():
-            for r in batch:
-                out.setdefault(r["source"], set()).add(r["file_hash"])
-        it.close()
-        return out
-    finally:
-        store.close()
+    out: dict[str, set[str]] = {}
+    for r in store_rows(work):
+        out.setdefault(r["source"], set()).add(r["file_hash"])
+    return out
 
 
 def test_incremental_change_touch_prune_and_settings(work: Path) -> None:

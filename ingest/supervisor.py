@@ -104,7 +104,8 @@ class Run:
         jobs = list(scan(self.root, self.cfg["run"]["follow_symlinks"]))
         self.progress = Progress(len(jobs), self.quiet)
         writer = Writer(self.store, self.manifest, self.model.name, self.settings,
-                        self.cfg["store"]["batch_size"], lambda job: self.events.put(("written", job)))
+                        self.cfg["store"]["batch_size"], max(1, self.cfg["run"]["max_files_in_flight"] // 2),
+                        lambda job: self.events.put(("written", job)))
         self.writer = writer
         thread = threading.Thread(target=self._write_loop, args=(writer,), name="ingest-writer", daemon=True)
         thread.start()
@@ -160,6 +161,7 @@ class Run:
             except queue.Empty:
                 if not writer_thread.is_alive():
                     raise RuntimeError("the writer thread stopped unexpectedly")
+                self.writer.flush_if_due()
                 continue
             if kind == "written":
                 in_flight -= 1

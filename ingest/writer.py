@@ -10,6 +10,7 @@ ids are deterministic) or the new one with every row already durable.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from typing import Callable
 
@@ -29,9 +30,10 @@ def chunk_id(source: str, index: int, text: str) -> str:
 
 class Writer:
     def __init__(self, store: Store, manifest: Manifest, model: str, settings: str, batch_rows: int,
-                 on_written: Callable[[FileJob], None]):
+                 batch_files: int, on_written: Callable[[FileJob], None]):
         self.store, self.manifest = store, manifest
         self.model, self.settings, self.batch_rows = model, settings, batch_rows
+        self.batch_files = batch_files       # half the supervisor's window: files must not wait on rows
         self.on_written = on_written
         self.rows: list[dict] = []
         self.jobs: list[FileJob] = []
@@ -39,10 +41,16 @@ class Writer:
         self.seconds = 0.0
         self.rows_written = 0
         self._collection_ready = False
+        self._lock = threading.RLock()       # add() runs in the writer thread, flush_if_due() in the main loop
 
     def add(self, job: FileJob, start: int, texts: list[tuple[int | None, str]], vectors: np.ndarray,
             last: bool) -> None:
         """Queue rows for chunks [start, start+len) of `job`; `last` marks the file's final part."""
+        with self._lock:
+            self._add(job, start, texts, vectors, last)
+
+    def _add(self, job: FileJob, start: int, texts: list[tuple[int | None, str]], vectors: np.ndarray,
+             last: bool) -> None:
         for i, ((page, text), vec) in enumerate(zip(texts, vectors), start):
             self.rows.append({"id": chunk_id(job.source, i, text), "vector": vec.tolist(), "text": text,
                               "source": job.source, "page": page or 0, "chunk": i, "format": job.fmt,
@@ -52,10 +60,21 @@ class Writer:
             self._collection_ready = True
         if last:
             self.jobs.append(job)
-        if len(self.rows) >= self.batch_rows or time.monotonic() - self.last_flush > FLUSH_EVERY_S:
+        if (len(self.rows) >= self.batch_rows or len(self.jobs) >= self.batch_files
+                or time.monotonic() - self.last_flush > FLUSH_EVERY_S):
             self.flush()
 
+    def flush_if_due(self) -> None:
+        """Flush what waits if the last flush is FLUSH_EVERY_S old: files must not wait for a next add()."""
+        with self._lock:
+            if (self.rows or self.jobs) and time.monotonic() - self.last_flush > FLUSH_EVERY_S:
+                self.flush()
+
     def flush(self) -> None:
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
         start = time.perf_counter()
         if self.rows:
             for i in range(0, len(self.rows), self.batch_rows):

@@ -12,7 +12,7 @@ from pathlib import Path
 from conftest import cli_env, row_ids, run, store_rows
 from test_faults import _wait_recorded
 
-SMALL_CHUNKS = "[chunking]\nchunk_tokens = 24\noverlap_tokens = 4\n"
+SMALL_CHUNKS = "[chunking]\nchunk_tokens = 24\noverlap_tokens = 4\n[run]\nmax_files_in_flight = 2\n"
 SENTENCES = [
     "Rivers carve canyons over millions of years of patient erosion.",
     "Migrating geese fly in a V formation to save energy on long journeys.",

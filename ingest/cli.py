@@ -87,10 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     from ingest.config import ConfigError
     from ingest.model_ref import ModelNotFound
     from ingest.store import StoreError
+    from ingest.supervisor import RunError
 
     try:
         return _run(args) if args.command == "run" else _search(args)
-    except (ConfigError, StoreError, ModelNotFound, _UserError) as exc:
+    except (ConfigError, StoreError, ModelNotFound, RunError, _UserError) as exc:
         print(f"ingest: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

@@ -42,6 +42,10 @@ from workers.load_tasks import load_file, ocr_page
 from workers.loader_pools import LoaderPools
 from workers.messages import Failure, Loaded, LoadTask, OcrTask
 
+class RunError(RuntimeError):
+    """The run cannot go on (encoder failed); the message is one line."""
+
+
 GROUP_CHUNKS = 256          # a big file is encoded in parts, so memory stays flat
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
@@ -169,7 +173,11 @@ class Run:
                 written.append(job)
                 self.progress.written(job.chunks if job.status == "ingested" else 0)
             elif kind == "writer_error":
-                raise payload[0]
+                exc = payload[0]
+                if isinstance(exc, StoreError):
+                    raise exc
+                raise RunError(f"encoding stopped the run: {' '.join(str(exc).split())[:300]}; "
+                               "see the message for the chunk or file") from exc
             elif kind == "stop":
                 self._interrupt()
             elif job.status == "pending":       # results for interrupted files are ignored

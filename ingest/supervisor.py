@@ -21,14 +21,13 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import Future
 from importlib import import_module
-from itertools import chain
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ingest.chunking import ChunkSpec
 from ingest.config import FORMAT_POOLS
+from ingest.encode_stage import INTERRUPTED, EncodeStage
 from ingest.manifest import Entry, Manifest, manifest_path
 from ingest.model_ref import resolve_model
 from ingest.progress import Progress
@@ -40,13 +39,12 @@ from loaders import LoaderError, Unsupported, format_for_extension, pool_for
 from loaders.sniff import detect_format
 from workers.load_tasks import load_file, ocr_page
 from workers.loader_pools import LoaderPools
-from workers.messages import Failure, Loaded, LoadTask, OcrTask
+from workers.messages import Failure, LoadTask, OcrTask
 
 class RunError(RuntimeError):
     """The run cannot go on (encoder failed); the message is one line."""
 
 
-GROUP_CHUNKS = 256          # a big file is encoded in parts, so memory stays flat
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
 
@@ -57,13 +55,10 @@ class Run:
         self.quiet, self.prune, self.reembed = quiet, prune, reembed
         self.report_path = report_path or default_report_path(cfg["store"]["uri"])
         self.events: queue.Queue = queue.Queue()
-        self.feed: queue.Queue = queue.Queue()
         self.stopping = threading.Event()
-        self.encode_stats: dict[str, float] = {}
         self._pending: dict[int, FileJob] = {}       # dispatched, not yet complete
         self._ready: dict[int, FileJob] = {}         # reorder buffer: complete, waiting for earlier files
         self._next_seq = 0
-        self._encoder: Future | None = None          # the EncodePool, started on first need
 
     # -- setup ------------------------------------------------------------------------
     def _open(self) -> None:
@@ -111,7 +106,8 @@ class Run:
                         self.cfg["store"]["batch_size"], max(1, self.cfg["run"]["max_files_in_flight"] // 2),
                         lambda job: self.events.put(("written", job)))
         self.writer = writer
-        thread = threading.Thread(target=self._write_loop, args=(writer,), name="ingest-writer", daemon=True)
+        self.stage = EncodeStage(self.model, self.cfg["model"], writer, self.events, self.stopping)
+        thread = threading.Thread(target=self.stage.run, name="ingest-writer", daemon=True)
         thread.start()
         old_int, old_term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
         in_main = threading.current_thread() is threading.main_thread()
@@ -125,7 +121,7 @@ class Run:
                 signal.signal(signal.SIGINT, old_int)
                 signal.signal(signal.SIGTERM, old_term)
             self.pools.stop()
-            self._close_encoder()
+            self.stage.close()
             self.progress.close()
         pruned = self._prune({j.source for j in jobs}) if not self.stopping.is_set() else 0
         report = build_report(written, time.perf_counter() - started, self._rates(written),
@@ -147,7 +143,7 @@ class Run:
         todo = iter(jobs)
         self._total = len(jobs)
         if not jobs:
-            self.feed.put(None)
+            self.stage.feed.put(None)
         written: list[FileJob] = []
         in_flight, exhausted = 0, False
         while True:
@@ -196,9 +192,9 @@ class Run:
             print("\ninterrupted: writing what is already encoded (Ctrl-C again to quit at once)", file=sys.stderr)
         self.pools.stop()
         for job in sorted(self._pending.values(), key=lambda j: j.seq):
-            job.finish("failed", "interrupted before it was written; rerun to ingest it")
+            job.finish("failed", INTERRUPTED)
             self._complete(job)
-        self.feed.put(None)
+        self.stage.feed.put(None)
 
     # -- per-file steps ---------------------------------------------------------------
     def _unchanged_by_stat(self, job: FileJob) -> bool:
@@ -232,7 +228,7 @@ class Run:
         task = LoadTask(job.seq, job.path, job.fmt, self.options[pool], self.spec,
                         known_hash=entry.file_hash if same_settings else "")
         self._pending[job.seq] = job
-        self._start_encoder()
+        self.stage.start_pool()
         self.pools.submit(pool, load_file, task, lambda r: self.events.put(("loaded", job, r)), extra)
 
     def _on_result(self, job: FileJob, kind: str, result: Any) -> None:
@@ -276,81 +272,15 @@ class Run:
         self._pending.pop(job.seq, None)
         self._ready[job.seq] = job
         while self._next_seq in self._ready:
-            self.feed.put(self._ready.pop(self._next_seq))
+            self.stage.feed.put(self._ready.pop(self._next_seq))
             self._next_seq += 1
         if self._next_seq == self._total:
-            self.feed.put(None)                  # end of input for the encoder
-
-    # -- encode and write (writer thread) ---------------------------------------------
-    def _groups(self) -> Iterator[tuple[tuple, list[str]]]:
-        """The encode feed: (key, texts) per part of each file, in file order."""
-        while True:
-            try:
-                job = self.feed.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if job is None:
-                return
-            if self.stopping.is_set() and job.status == "ingested":
-                job.finish("failed", "interrupted before it was written; rerun to ingest it")
-                job.record = False
-            items = job.chunk_texts() if job.status == "ingested" else []
-            if not items:
-                yield (job, 0, [], True), []
-            for start in range(0, len(items), GROUP_CHUNKS):
-                part = items[start:start + GROUP_CHUNKS]
-                yield (job, start, part, start + GROUP_CHUNKS >= len(items)), [t for _, t in part]
-
-    def _start_encoder(self) -> None:
-        """Start the encode pool (in the background) when the first file goes to a loader."""
-        if self._encoder is not None:
-            return
-        self._encoder = Future()
-        m = self.cfg["model"]
-
-        def make() -> None:
-            try:
-                from ingest.api import EncodePool
-
-                self._encoder.set_result(EncodePool(
-                    self.model, devices=m["devices"], batch_size=m["batch_size"],
-                    dtype=None if m["dtype"] == "auto" else m["dtype"], tokenizer_workers=m["tokenizer_workers"],
-                    timeout_s=m["timeout_s"], max_attempts=m["max_attempts"]))
-            except BaseException as exc:
-                self._encoder.set_exception(exc)
-        threading.Thread(target=make, name="ingest-encoder-start", daemon=True).start()
-
-    def _write_loop(self, writer: Writer) -> None:
-        """Writer thread: files without chunks go straight to the writer; the rest through the pool."""
-        import numpy as np
-
-        empty = np.zeros((0, 0), dtype=np.float32)
-        try:
-            groups = self._groups()
-            for key, texts in groups:
-                if texts:
-                    pool = self._encoder.result()
-                    for (job, start, part, last), vectors in pool.encode_groups(chain([(key, texts)], groups)):
-                        writer.add(job, start, part, vectors, last)
-                    self.encode_stats = dict(getattr(pool, "stats", {}) or {})
-                    break
-                writer.add(*key[:3], empty, key[3])
-            writer.flush()
-        except BaseException as exc:
-            self.events.put(("writer_error", None, exc))
-
-    def _close_encoder(self) -> None:
-        if self._encoder is not None:
-            try:
-                self._encoder.result().close()
-            except BaseException:
-                pass
+            self.stage.feed.put(None)                  # end of input for the encoder
 
     # -- end of run -------------------------------------------------------------------
     def _prune(self, present: set[str]) -> int:
         gone = [s for s in self.known if s not in present]
         if gone and self.prune:
-            self.store.client  # noqa: B018  (connect before deleting)
             for source in gone:
                 self.store.delete_source(source)
             self.store.flush()
@@ -367,7 +297,7 @@ class Run:
         if chunks and load_s:
             rates["load"] = chunks / load_s
         for stage in ("tokenize", "encode"):
-            secs = self.encode_stats.get(f"{stage}_s")
+            secs = self.stage.stats.get(f"{stage}_s")
             if chunks and secs:
                 rates[stage] = chunks / secs
         if chunks and self.writer.seconds:

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from conftest import cli_env, row_ids, run
 

@@ -146,20 +146,14 @@ class Store:
     def flush(self) -> None:
         self.client.flush(self.collection)
 
-    def count(self) -> int:
-        if not self.exists():
-            return 0
+    def rows(self, fields: Sequence[str]) -> list[dict[str, Any]]:
+        """`fields` of every row (for checks on small stores)."""
         self.client.load_collection(self.collection)
-        res = self.client.query(self.collection, filter="", output_fields=["count(*)"])
-        return int(res[0]["count(*)"])
-
-    def ids(self) -> list[str]:
-        """Every primary key (for consistency checks on small stores)."""
-        self.client.load_collection(self.collection)
-        it = self.client.query_iterator(self.collection, filter='id != ""', output_fields=["id"], batch_size=1000)
-        out: list[str] = []
+        it = self.client.query_iterator(self.collection, filter='id != ""', output_fields=list(fields),
+                                        batch_size=1000)
+        out: list[dict[str, Any]] = []
         while batch := it.next():
-            out.extend(r["id"] for r in batch)
+            out.extend({f: r[f] for f in fields} for r in batch)
         it.close()
         return out
 

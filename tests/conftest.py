@@ -58,15 +58,7 @@ _DUMP = """
 import json, sys
 from ingest.store import Store
 store = Store(sys.argv[1], "documents")
-rows = []
-if store.exists():
-    store.client.load_collection("documents")
-    it = store.client.query_iterator("documents", filter='id != ""', output_fields=["id", "source", "file_hash"],
-                                     batch_size=1000)
-    while batch := it.next():
-        rows.extend({"id": r["id"], "source": r["source"], "file_hash": r["file_hash"]} for r in batch)
-    it.close()
-print(json.dumps(rows))
+print(json.dumps(store.rows(["id", "source", "file_hash"]) if store.exists() else []))
 """
 
 

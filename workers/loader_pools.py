@@ -11,7 +11,7 @@ NOTE (timeout and crash protocol):
 - Results (or Failures) are handed to `on_done` from pebble's result thread; nothing
   here blocks the caller. Workers watch their parent (workers.spawn.watch_parent) and
   exit when it dies, so a SIGKILLed supervisor leaves no orphans.
-- close() lets running tasks finish; stop() kills every worker at once (Ctrl-C).
+- stop() kills every worker at once (end of run, Ctrl-C).
 """
 from __future__ import annotations
 
@@ -63,13 +63,6 @@ class LoaderPools:
                 on_done(Failure(where=f"{pool} loader", error=f"{type(exc).__name__}: {exc}"[:300]))
 
         future.add_done_callback(done)
-
-    def close(self) -> None:
-        for pool in self._pools.values():
-            pool.close()
-        for pool in self._pools.values():
-            pool.join(timeout=10)
-        self.stop()
 
     def stop(self) -> None:
         for pool in self._pools.values():

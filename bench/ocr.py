@@ -27,9 +27,9 @@ from ingest.chunking import ChunkSpec  # noqa: E402
 from ingest.config import DEFAULTS  # noqa: E402
 from ingest.model_ref import resolve_model  # noqa: E402
 from pipeline import machine  # noqa: E402
-from workers.load_tasks import load_file, ocr_page  # noqa: E402
-from workers.loader_pools import LoaderPools  # noqa: E402
-from workers.messages import Failure, LoadTask, OcrTask  # noqa: E402
+from ingest.workers.load_tasks import load_file, ocr_page  # noqa: E402
+from ingest.workers.loader_pools import LoaderPools  # noqa: E402
+from ingest.workers.messages import Failure, LoadTask, OcrTask  # noqa: E402
 
 TEXT = "Scanned page {i}: the quick brown fox jumps over the lazy dog near the river bank."
 

@@ -17,9 +17,9 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from ingest.model_ref import ModelRef, resolve_model
-from workers.encode_pool import EncodeEngine
-from workers.encode_process import plan_devices
-from workers.encode_protocol import EncodeError
+from ingest.workers.encode_pool import EncodeEngine
+from ingest.workers.encode_process import plan_devices
+from ingest.workers.encode_protocol import EncodeError
 
 __all__ = ["encode_multi_process", "EncodePool", "IngestEmbeddings", "EncodeError"]
 

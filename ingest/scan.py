@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from workers.messages import PageChunks
+from ingest.workers.messages import PageChunks
 
 
 @dataclass

@@ -35,11 +35,11 @@ from ingest.report import build_report, default_report_path, summary, write_repo
 from ingest.scan import FileJob, scan
 from ingest.store import Store, StoreError
 from ingest.writer import Writer
-from loaders import LoaderError, Unsupported, format_for_extension, pool_for
-from loaders.sniff import detect_format
-from workers.load_tasks import load_file, ocr_page
-from workers.loader_pools import LoaderPools
-from workers.messages import Failure, LoadTask, OcrTask
+from ingest.loaders import LoaderError, Unsupported, format_for_extension, pool_for
+from ingest.loaders.sniff import detect_format
+from ingest.workers.load_tasks import load_file, ocr_page
+from ingest.workers.loader_pools import LoaderPools
+from ingest.workers.messages import Failure, LoadTask, OcrTask
 
 class RunError(RuntimeError):
     """The run cannot go on (encoder failed); the message is one line."""

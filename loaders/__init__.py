@@ -1,6 +1,6 @@
 """One module per format. Importing this package registers the built-in loaders."""
-from loaders.base import Page, LoaderError, Unsupported, register, loader_for, format_for_extension, pool_for, formats
+from .base import Page, LoaderError, Unsupported, register, loader_for, format_for_extension, pool_for, formats
 
-from loaders import text, pdf, docx, pptx, image, legacy  # noqa: E402,F401  (registration side effect)
+from . import text, pdf, docx, pptx, image, legacy  # noqa: E402,F401  (registration side effect)
 
 __all__ = ["Page", "LoaderError", "Unsupported", "register", "loader_for", "format_for_extension", "pool_for", "formats"]

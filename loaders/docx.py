@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from loaders.base import Page, register
-from loaders.ooxml import check_zip, open_error
+from .base import Page, register
+from .ooxml import check_zip, open_error
 
 if TYPE_CHECKING:
     from docx.document import Document

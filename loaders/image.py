@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from loaders.base import Page, register
-from loaders.pdf import damaged, mupdf_errors, open_document
+from .base import Page, register
+from .pdf import damaged, mupdf_errors, open_document
 
 EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
 

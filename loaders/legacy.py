@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ingest.config import DEFAULTS
-from loaders import docx, pptx
-from loaders.base import Loader, LoaderError, Page, Unsupported, register
+from . import docx, pptx
+from .base import Loader, LoaderError, Page, Unsupported, register
 
 
 def convert(path: Path, target: str, workdir: Path, timeout_s: float) -> Path:

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ingest.config import DEFAULTS
-from loaders.base import LoaderError, Page
-from loaders.pdf import damaged, mupdf_errors, open_document
+from .base import LoaderError, Page
+from .pdf import damaged, mupdf_errors, open_document
 
 if TYPE_CHECKING:
     import numpy as np

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ingest.config import DEFAULTS
-from loaders.base import LoaderError
+from .base import LoaderError
 
 MB = 1024 * 1024
 

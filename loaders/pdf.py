@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from ingest.config import DEFAULTS
-from loaders.base import LoaderError, Page, register
+from .base import LoaderError, Page, register
 
 if TYPE_CHECKING:
     import pymupdf

@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from loaders.base import LoaderError, Unsupported, format_for_extension
+from .base import LoaderError, Unsupported, format_for_extension
 
 HEAD_BYTES = 8192
 

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ingest.config import DEFAULTS
-from loaders.base import LoaderError, Page, register
-from loaders.sniff import BOMS, HEAD_BYTES, utf16_without_bom
+from .base import LoaderError, Page, register
+from .sniff import BOMS, HEAD_BYTES, utf16_without_bom
 
 MB = 1024 * 1024
 GUESS_BYTES = 64 * 1024        # charset-normalizer looks at this much of the file

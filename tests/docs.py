@@ -218,7 +218,7 @@ def make_pptx(path: Path, slides: Sequence[Slide | Mapping[str, Any]]) -> Path:
 
 def _via_libreoffice(path: Path, target: str, build: Any) -> Path:
     """Build a DOCX/PPTX with `build(tmp_path)` and convert it with LibreOffice to `path` (`target` format)."""
-    from loaders.legacy import convert
+    from ingest.loaders.legacy import convert
 
     with tempfile.TemporaryDirectory(prefix="ingest-test-") as tmp:
         source = build(Path(tmp) / f"source.{target}x")

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from loaders.base import Page, register
+from ingest.loaders.base import Page, register
 
 
 @register("fault-sleep", (".sleep",), "txt")

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 import docs
-import loaders
+from ingest import loaders
 from ingest.config import DEFAULTS
-from loaders import LoaderError, Unsupported, formats, loader_for, pool_for, register
-from loaders.ocr import ocr_page, reading_order
-from loaders.pdf import needs_ocr
-from loaders.sniff import detect_format
+from ingest.loaders import LoaderError, Unsupported, formats, loader_for, pool_for, register
+from ingest.loaders.ocr import ocr_page, reading_order
+from ingest.loaders.pdf import needs_ocr
+from ingest.loaders.sniff import detect_format
 
 
 def opts(pool: str, **table: Any) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workers.encode_run import EncodeRun
+from .encode_run import EncodeRun
 
 
 class Window:

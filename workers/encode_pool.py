@@ -29,15 +29,15 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 from pebble import ProcessExpired, ProcessPool
 
-from workers.encode_batches import Batch, Window
-from workers.encode_process import EncodeProcess
-from workers.encode_protocol import (DevicesFound, EncodeError, EncodeTask, TaskDone, TaskFailed,
+from .encode_batches import Batch, Window
+from .encode_process import EncodeProcess
+from .encode_protocol import (DevicesFound, EncodeError, EncodeTask, TaskDone, TaskFailed,
                                      TaskStarted, WorkerReady, WorkerSpec)
-from workers.encode_run import EncodeRun
-from workers.encode_worker import fault_hook_active
-from workers.messages import Failure
-from workers.spawn import SPAWN
-from workers.tokenize import init_tokenizer_process, tokenize_window
+from .encode_run import EncodeRun
+from .encode_worker import fault_hook_active
+from .messages import Failure
+from .spawn import SPAWN
+from .tokenize import init_tokenizer_process, tokenize_window
 
 START_TIMEOUT_S = 600.0          # loading a model may take minutes on a cold disk
 WINDOW_BATCHES = 8               # batches per window: the span sorted by length

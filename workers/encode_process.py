@@ -13,9 +13,9 @@ import threading
 import time
 from typing import Any, Iterable
 
-from workers import encode_worker
-from workers.encode_protocol import EncodeTask, WorkerReady, WorkerSpec
-from workers.spawn import SPAWN
+from . import encode_worker
+from .encode_protocol import EncodeTask, WorkerReady, WorkerSpec
+from .spawn import SPAWN
 
 
 def plan_devices(devices: str | Iterable[str] | None, model_path: str, dtype: str | None,

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from workers.messages import Failure
+from .messages import Failure
 
 if TYPE_CHECKING:
     import numpy as np

@@ -23,10 +23,10 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from workers.encode_protocol import (DevicesFound, EncodeTask, TaskDone, TaskFailed, TaskStarted,
+from .encode_protocol import (DevicesFound, EncodeTask, TaskDone, TaskFailed, TaskStarted,
                                      WorkerReady, WorkerSpec)
-from workers.messages import Failure
-from workers.spawn import watch_parent
+from .messages import Failure
+from .spawn import watch_parent
 
 FAULT_ENV = "INGEST_FAULT"
 

@@ -12,15 +12,15 @@ import traceback
 from importlib import import_module
 from pathlib import Path
 
-from workers.messages import Failure, LoadTask, Loaded, OcrDone, OcrTask, PageChunks
-from workers.spawn import watch_parent
+from .messages import Failure, LoadTask, Loaded, OcrDone, OcrTask, PageChunks
+from .spawn import watch_parent
 
 
 def init_worker(plugins: tuple[str, ...]) -> None:
     """Pebble initializer: watch the parent, register loaders (built-in and plugins)."""
     watch_parent()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import loaders  # noqa: F401  (registers the built-in formats)
+    from ingest import loaders  # noqa: F401  (registers the built-in formats)
 
     for name in plugins:
         import_module(name)
@@ -36,7 +36,7 @@ def file_hash(path: str) -> str:
 
 def load_file(task: LoadTask) -> Loaded | Failure:
     from ingest.chunking import split_text
-    from loaders import loader_for
+    from ingest.loaders import loader_for
 
     start = time.perf_counter()
     try:
@@ -56,7 +56,7 @@ def load_file(task: LoadTask) -> Loaded | Failure:
 
 def ocr_page(task: OcrTask) -> OcrDone | Failure:
     from ingest.chunking import split_text
-    from loaders.ocr import ocr_page as run_ocr
+    from ingest.loaders.ocr import ocr_page as run_ocr
 
     start = time.perf_counter()
     try:
@@ -68,7 +68,7 @@ def ocr_page(task: OcrTask) -> OcrDone | Failure:
 
 
 def _failure(where: str, exc: BaseException) -> Failure:
-    from loaders.base import LoaderError, Unsupported
+    from ingest.loaders.base import LoaderError, Unsupported
 
     msg = " ".join(str(exc).split())[:300]
     if not isinstance(exc, (LoaderError, Unsupported)):

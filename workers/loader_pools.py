@@ -20,9 +20,9 @@ from typing import Any, Callable
 
 from pebble import ProcessExpired, ProcessPool
 
-from workers.load_tasks import init_worker
-from workers.messages import Failure
-from workers.spawn import SPAWN
+from .load_tasks import init_worker
+from .messages import Failure
+from .spawn import SPAWN
 
 RETRIES_AFTER_CRASH = 1
 

@@ -14,8 +14,8 @@ from itertools import chain
 
 import numpy as np
 
-from workers.encode_protocol import TokenBatch, TokenizedWindow
-from workers.spawn import watch_parent
+from .encode_protocol import TokenBatch, TokenizedWindow
+from .spawn import watch_parent
 
 _tokenizer = None
 _pad_id = 0

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,21 +24,23 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(Path(__file__).parent)]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from docs import make_pdf, make_scanned_pdf  # noqa: E402
-from ingest.chunking import ChunkSpec  # noqa: E402
-from ingest.config import DEFAULTS  # noqa: E402
+from ingest.chunk import ChunkSpec  # noqa: E402
+from ingest.config import DEFAULTS, load_config, loader_options, ocr_options  # noqa: E402
+from ingest.load import LoadTask, init_loader_process, load_file  # noqa: E402
+from ingest.loaders import LoaderOptions, OcrOptions  # noqa: E402
 from ingest.model_ref import resolve_model  # noqa: E402
+from ingest.ocr import OcrTask, ocr_page  # noqa: E402
+from ingest.workers.failure import Failure  # noqa: E402
+from ingest.workers.pool import Pools  # noqa: E402
 from pipeline import machine  # noqa: E402
-from ingest.workers.load_tasks import load_file, ocr_page  # noqa: E402
-from ingest.workers.loader_pools import LoaderPools  # noqa: E402
-from ingest.workers.messages import Failure, LoadTask, OcrTask  # noqa: E402
 
 TEXT = "Scanned page {i}: the quick brown fox jumps over the lazy dog near the river bank."
 
 
 class Runner:
-    """Submit tasks to LoaderPools and wait for all of them, noting when each finished."""
+    """Submit tasks to the pools and wait for all of them, noting when each finished."""
 
-    def __init__(self, pools: LoaderPools):
+    def __init__(self, pools: Pools):
         self.pools, self.done, self.lock = pools, {}, threading.Lock()
         self.all_done = threading.Event()
         self.expected = 0
@@ -45,34 +48,35 @@ class Runner:
     def submit(self, pool: str, fn, task, name: str) -> None:
         self.expected += 1
 
-        def finished(result) -> None:
-            if isinstance(result, Failure):
-                print(f"  {name}: {result.error}", file=sys.stderr)
+        def finished(future: Future) -> None:
+            if isinstance(future.result(), Failure):
+                print(f"  {name}: {future.result().error}", file=sys.stderr)
             with self.lock:
                 self.done[name] = time.perf_counter()
                 if len(self.done) == self.expected:
                     self.all_done.set()
-        self.pools.submit(pool, fn, task, finished)
+        self.pools.submit(pool, fn, task).add_done_callback(finished)
 
     def wait(self) -> None:
         self.all_done.wait(timeout=3600)
 
 
-def options(pool: str) -> dict:
-    loaders = DEFAULTS["loaders"]
-    return {**loaders[pool], "limits": DEFAULTS["limits"], "legacy": loaders["legacy"]}
+def options(pool: str) -> LoaderOptions | OcrOptions:
+    """The options the supervisor gives pool `pool` under the default config."""
+    cfg = load_config()
+    return ocr_options(cfg) if pool == "ocr" else loader_options(cfg)
 
 
 def scaling(scan: Path, pages: int, workers: int, spec: ChunkSpec) -> float:
-    pools = LoaderPools({"ocr": workers}, {"ocr": 600.0})
+    pools = Pools({"ocr": workers}, {"ocr": 600.0}, init_loader_process, ((),))
     warm = Runner(pools)
     for w in range(workers):
-        warm.submit("ocr", ocr_page, OcrTask(0, str(scan), 1, options("ocr"), spec), f"warm{w}")
+        warm.submit("ocr", ocr_page, OcrTask(str(scan), 1, options("ocr"), spec), f"warm{w}")
     warm.wait()
     run = Runner(pools)
     start = time.perf_counter()
     for p in range(1, pages + 1):
-        run.submit("ocr", ocr_page, OcrTask(0, str(scan), p, options("ocr"), spec), f"p{p}")
+        run.submit("ocr", ocr_page, OcrTask(str(scan), p, options("ocr"), spec), f"p{p}")
     run.wait()
     pools.stop()
     return pages / (time.perf_counter() - start)
@@ -81,15 +85,15 @@ def scaling(scan: Path, pages: int, workers: int, spec: ChunkSpec) -> float:
 def mixed(folder: Path, shared: bool, spec: ChunkSpec) -> tuple[float, float]:
     """Seconds until every text PDF is loaded, and until everything is done."""
     sizes = {"pdf": 2, "ocr": 2} if shared else {"pdf": 1, "ocr": 1}
-    pools = LoaderPools(sizes, {"pdf": 600.0, "ocr": 600.0})
+    pools = Pools(sizes, {"pdf": 600.0, "ocr": 600.0}, init_loader_process, ((),))
     runner = Runner(pools)
     start = time.perf_counter()
     for path in sorted(folder.iterdir()):            # file order: scans and text PDFs interleaved
         if path.name.startswith("scan"):
             runner.submit("pdf" if shared else "ocr", ocr_page,
-                          OcrTask(0, str(path), 1, options("ocr"), spec), path.name)
+                          OcrTask(str(path), 1, options("ocr"), spec), path.name)
         else:
-            runner.submit("pdf", load_file, LoadTask(0, str(path), "pdf", options("pdf"), spec), path.name)
+            runner.submit("pdf", load_file, LoadTask(str(path), "pdf", options("pdf"), spec), path.name)
     runner.wait()
     pools.stop()
     text_done = max(t for n, t in runner.done.items() if n.startswith("text")) - start

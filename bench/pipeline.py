@@ -54,7 +54,7 @@ def main() -> None:
     report = json.loads((work / "report.json").read_text())
     chunks = report["totals"]["chunks"]
 
-    from ingest.chunking import ChunkSpec, split_text
+    from ingest.chunk import ChunkSpec, split_text
     from ingest.model_ref import resolve_model
     from sentence_transformers import SentenceTransformer
 

@@ -7,7 +7,7 @@
 Workers load the model themselves from its local directory (never pickled), tokenizer
 processes (no torch) tokenize and sort by length, and a coordinator thread streams results
 back in input order, replacing workers that die or hang. This module does not import torch.
-How it works: workers/encode_pool.py; faults: the NOTE in workers/encode_protocol.py.
+How it works, faults included: the NOTEs in workers/encode/__init__.py.
 """
 from __future__ import annotations
 
@@ -17,9 +17,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from ingest.model_ref import ModelRef, resolve_model
-from ingest.workers.encode_pool import EncodeEngine
-from ingest.workers.encode_process import plan_devices
-from ingest.workers.encode_protocol import EncodeError
+from ingest.workers.encode import EncodeEngine, EncodeError, plan_devices
 
 __all__ = ["encode_multi_process", "EncodePool", "IngestEmbeddings", "EncodeError"]
 

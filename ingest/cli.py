@@ -50,7 +50,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ingest.supervisor import Run
+    from ingest.run import Run
 
     if not args.folder.is_dir():
         raise _UserError(f"folder {args.folder} not found; pass an existing folder to ingest")
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     from ingest.config import ConfigError
     from ingest.model_ref import ModelNotFound
     from ingest.store import StoreError
-    from ingest.supervisor import RunError
+    from ingest.run import RunError
 
     try:
         return _run(args) if args.command == "run" else _search(args)

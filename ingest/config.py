@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import copy
+import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from ingest.loaders.base import LoaderOptions, OcrOptions
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -113,3 +116,19 @@ def _lookup(table: dict, dotted: str) -> Any:
             raise ConfigError(f"unknown config key [{dotted}]")
         table = table[part]
     return table
+
+
+def loader_options(cfg: dict[str, Any]) -> LoaderOptions:
+    """The settings every format loader reads, from a loaded config."""
+    pdf = cfg["loaders"]["pdf"]
+    return LoaderOptions(max_text_mb=cfg["limits"]["max_text_mb"], max_unzipped_mb=cfg["limits"]["max_unzipped_mb"],
+                         pdf_ocr=pdf["ocr"], passwords=tuple(pdf["passwords"]),
+                         convert_timeout_s=cfg["loaders"]["legacy"]["convert_timeout_s"])
+
+
+def ocr_options(cfg: dict[str, Any]) -> OcrOptions:
+    """The settings OCR reads, from a loaded config; the cores are shared between the OCR workers."""
+    ocr = cfg["loaders"]["ocr"]
+    return OcrOptions(dpi=ocr["dpi"], backend=ocr["backend"], paddle_model_dir=ocr["paddle_model_dir"],
+                      threads=max(1, (os.cpu_count() or 1) // ocr["workers"]),
+                      passwords=tuple(cfg["loaders"]["pdf"]["passwords"]))

@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ingest.scan import FileJob
+from ingest.files import Finished
 from ingest.store import is_local
 
 
@@ -15,25 +15,26 @@ def default_report_path(uri: str) -> Path:
     return Path(f"{Path(uri).resolve()}.report.json") if is_local(uri) else Path("ingest-report.json")
 
 
-def file_entry(job: FileJob) -> dict[str, Any]:
-    entry: dict[str, Any] = {"path": job.source, "status": job.status, "format": job.fmt or None,
-                             "chunks": job.chunks, "seconds": round(job.seconds, 3)}
-    if job.error:
-        entry["error"] = job.error
-    if job.ocr_pages:
-        entry["ocr_pages"] = job.ocr_pages
-    if job.warnings:
-        entry["warnings"] = job.warnings
+def file_entry(file: Finished) -> dict[str, Any]:
+    o = file.outcome
+    entry: dict[str, Any] = {"path": file.ref.source, "status": o.status, "format": file.ref.fmt or None,
+                             "chunks": o.chunks, "seconds": round(o.seconds, 3)}
+    if o.error:
+        entry["error"] = o.error
+    if o.ocr_pages:
+        entry["ocr_pages"] = o.ocr_pages
+    if o.warnings:
+        entry["warnings"] = list(o.warnings)
     return entry
 
 
-def build_report(jobs: list[FileJob], seconds: float, stages: dict[str, float], extra: dict[str, Any]) -> dict:
-    by_status = Counter(j.status for j in jobs)
-    by_format = Counter(j.fmt or "unknown" for j in jobs)
-    written = sum(j.chunks for j in jobs if j.status == "ingested")
+def build_report(files: list[Finished], seconds: float, stages: dict[str, float], extra: dict[str, Any]) -> dict:
+    by_status = Counter(f.outcome.status for f in files)
+    by_format = Counter(f.ref.fmt or "unknown" for f in files)
+    written = sum(f.outcome.chunks for f in files if f.outcome.status == "ingested")
     return {
-        "files": [file_entry(j) for j in jobs],
-        "totals": {"files": len(jobs), "by_status": dict(by_status), "by_format": dict(by_format),
+        "files": [file_entry(f) for f in files],
+        "totals": {"files": len(files), "by_status": dict(by_status), "by_format": dict(by_format),
                    "chunks": written, "seconds": round(seconds, 2),
                    "chunks_per_s": {k: round(v, 1) for k, v in stages.items()}, **extra},
     }

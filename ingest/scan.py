@@ -1,46 +1,17 @@
-"""Walk the input folder: every file becomes a FileJob, in a deterministic (sorted) order."""
+"""The scan step: walk the folder; every file becomes a FileRef, in a deterministic (sorted) order."""
 from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from ingest.workers.messages import PageChunks
+from ingest.files import FileRef, Outcome
 
 
-@dataclass
-class FileJob:
-    seq: int
-    source: str                        # path relative to the folder, with "/" separators
-    path: str
-    fmt: str = ""
-    size: int = 0
-    mtime_ns: int = 0
-    status: str = "pending"            # ingested | unchanged | skipped | failed
-    error: str | None = None
-    file_hash: str = ""
-    old_hash: str | None = None        # the manifest's hash of the previous version
-    pages: list[PageChunks] = field(default_factory=list)
-    pending_ocr: set[int] = field(default_factory=set)
-    chunks: int = 0
-    ocr_pages: int = 0
-    warnings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    record: bool = False               # write a manifest entry once the file is written
-
-    def chunk_texts(self) -> list[tuple[int | None, str]]:
-        """(page, text) for every chunk, in page order, then chunk order."""
-        ordered = sorted(self.pages, key=lambda p: -1 if p.page is None else p.page)
-        return [(p.page, text) for p in ordered for text in p.chunks]
-
-    def finish(self, status: str, error: str | None = None) -> None:
-        self.status, self.error = status, error
-
-
-def scan(root: Path, follow_symlinks: bool) -> Iterator[FileJob]:
-    """FileJobs for every file under `root`, sorted by relative path; problems become failed/skipped jobs."""
+def scan(root: Path, follow_symlinks: bool) -> Iterator[tuple[FileRef, Outcome | None]]:
+    """(FileRef, None) for every file under `root`, sorted by relative path; a file that cannot be
+    listed, stat'ed or followed comes with its failed or skipped Outcome instead of None."""
     entries: list[tuple[str, str, str | None, str | None]] = []   # (source, path, status, error)
 
     def onerror(exc: OSError) -> None:
@@ -60,16 +31,14 @@ def scan(root: Path, follow_symlinks: bool) -> Iterator[FileJob]:
                 status, error = "skipped", "symlink (set [run] follow_symlinks = true to follow)"
             entries.append((_rel(root, full), full, status, error))
     for seq, (source, path, status, error) in enumerate(sorted(entries)):
-        job = FileJob(seq=seq, source=source, path=path)
+        ref = FileRef(seq, source, path)
         if status is None:
             try:
                 st = os.stat(path)
-                job.size, job.mtime_ns = st.st_size, st.st_mtime_ns
+                ref = FileRef(seq, source, path, st.st_size, st.st_mtime_ns)
             except OSError as exc:
                 status, error = "failed", _stat_error(exc)
-        if status is not None:
-            job.finish(status, error)
-        yield job
+        yield ref, None if status is None else Outcome(status, error)
 
 
 def _rel(root: Path, path: str) -> str:

@@ -2,19 +2,40 @@
 
 Every loader has the same signature:
 
-    def load(path: Path, options: Mapping[str, Any]) -> Iterator[Page]
+    def load(path: Path, options: LoaderOptions) -> Iterator[Page]
 
-`options` is the loader's config table (e.g. [loaders.pdf]) plus the [limits] table under
-the key "limits". A loader knows nothing about processes; it raises LoaderError (one-line,
-user-facing message) for a file it cannot read.
+`options` holds the settings loaders read, built once from the config by
+ingest.config.loader_options(). A loader knows nothing about processes or the config file;
+it raises LoaderError (one-line, user-facing message) for a file it cannot read.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Callable, Iterator
 
-Loader = Callable[[Path, Mapping[str, Any]], Iterator["Page"]]
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """What a loader reads from the config: built once by ingest.config.loader_options()."""
+    max_text_mb: float                 # [limits] max_text_mb
+    max_unzipped_mb: float             # [limits] max_unzipped_mb
+    pdf_ocr: str                       # [loaders.pdf] ocr: "auto" | "always" | "never"
+    passwords: tuple[str, ...]         # [loaders.pdf] passwords
+    convert_timeout_s: float           # [loaders.legacy] convert_timeout_s
+
+
+@dataclass(frozen=True)
+class OcrOptions:
+    """What OCR reads from the config: built once by ingest.config.ocr_options()."""
+    dpi: int
+    backend: str                       # "rapidocr" | "paddleocr"
+    paddle_model_dir: str
+    threads: int                       # ONNX Runtime threads per OCR process
+    passwords: tuple[str, ...]         # to reopen encrypted scanned PDFs
+
+
+Loader = Callable[[Path, LoaderOptions], Iterator["Page"]]
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,9 @@ footers, footnotes and endnotes, as one page."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator
 
-from .base import Page, register
+from .base import LoaderOptions, Page, register
 from .ooxml import check_zip, open_error
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def read_docx(path: Path) -> tuple[str, str | None]:
 
 
 @register("docx", (".docx",), "docx")
-def load(path: Path, options: Mapping[str, Any]) -> Iterator[Page]:
+def load(path: Path, options: LoaderOptions) -> Iterator[Page]:
     """The whole document as one page (number None)."""
     check_zip(path, options, "DOCX", "word/document.xml")
     text, title = read_docx(path)

@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Iterator
 
-from .base import Page, register
+from .base import LoaderOptions, Page, register
 from .pdf import damaged, mupdf_errors, open_document
 
 EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
 
 
 @register("image", EXTENSIONS, "pdf")
-def load(path: Path, options: Mapping[str, Any]) -> Iterator[Page]:
+def load(path: Path, options: LoaderOptions) -> Iterator[Page]:
     """Page(n, "", needs_ocr=True) for every frame n (1-based); the text comes from loaders.ocr.
 
     Every frame is decoded once here, so a damaged image fails now, not in the OCR pool.

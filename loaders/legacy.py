@@ -8,11 +8,10 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Iterator
 
-from ingest.config import DEFAULTS
 from . import docx, pptx
-from .base import Loader, LoaderError, Page, Unsupported, register
+from .base import Loader, LoaderError, LoaderOptions, Page, Unsupported, register
 
 
 def convert(path: Path, target: str, workdir: Path, timeout_s: float) -> Path:
@@ -46,20 +45,19 @@ def convert(path: Path, target: str, workdir: Path, timeout_s: float) -> Path:
     return converted
 
 
-def _load_converted(path: Path, options: Mapping[str, Any], target: str, loader: Loader) -> Iterator[Page]:
-    timeout_s = options.get("legacy", {}).get("convert_timeout_s", DEFAULTS["loaders"]["legacy"]["convert_timeout_s"])
+def _load_converted(path: Path, options: LoaderOptions, target: str, loader: Loader) -> Iterator[Page]:
     with tempfile.TemporaryDirectory(prefix="ingest-legacy-") as workdir:
-        pages = list(loader(convert(path, target, Path(workdir), timeout_s), options))
+        pages = list(loader(convert(path, target, Path(workdir), options.convert_timeout_s), options))
     yield from pages
 
 
 @register("doc", (".doc",), "docx")
-def load_doc(path: Path, options: Mapping[str, Any]) -> Iterator[Page]:
+def load_doc(path: Path, options: LoaderOptions) -> Iterator[Page]:
     """A Word 97-2003 document, via DOCX: one page."""
     yield from _load_converted(path, options, "docx", docx.load)
 
 
 @register("ppt", (".ppt",), "pptx")
-def load_ppt(path: Path, options: Mapping[str, Any]) -> Iterator[Page]:
+def load_ppt(path: Path, options: LoaderOptions) -> Iterator[Page]:
     """A PowerPoint 97-2003 deck, via PPTX: one page per slide."""
     yield from _load_converted(path, options, "pptx", pptx.load)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from ingest.config import DEFAULTS
-from .base import LoaderError, Page
+from .base import LoaderError, OcrOptions, Page
 from .pdf import damaged, mupdf_errors, open_document
 
 if TYPE_CHECKING:
@@ -19,14 +18,6 @@ PADDLE_HELP = ("the paddleocr backend needs paddleocr and local models: pip inst
 
 Box = Sequence[Sequence[float]]          # four (x, y) corners
 _ENGINES: dict[str, Any] = {}            # one engine per backend per process
-
-
-def _ocr_table(options: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The [loaders.ocr] table: `options` itself, or options["ocr"]."""
-    if "dpi" in options:
-        return options
-    table = options.get("ocr")
-    return table if isinstance(table, Mapping) else {}
 
 
 def render(path: Path, page: int, dpi: float, passwords: Sequence[str] = ()) -> np.ndarray:
@@ -64,20 +55,19 @@ def reading_order(lines: list[tuple[Box, str]]) -> str:
     return "\n".join(" ".join(text for _, text in sorted(row)) for _, row in rows)
 
 
-def _rapidocr(image: np.ndarray, table: Mapping[str, Any]) -> list[tuple[Box, str]]:
+def _rapidocr(image: np.ndarray, options: OcrOptions) -> list[tuple[Box, str]]:
     if "rapidocr" not in _ENGINES:
         from rapidocr_onnxruntime import RapidOCR
 
-        # Share the cores between OCR workers instead of every worker using all of them.
-        workers = int(table.get("workers") or DEFAULTS["loaders"]["ocr"]["workers"])
-        _ENGINES["rapidocr"] = RapidOCR(intra_op_num_threads=max(1, (os.cpu_count() or 1) // workers))
+        # options.threads shares the cores between OCR workers instead of every worker using all of them.
+        _ENGINES["rapidocr"] = RapidOCR(intra_op_num_threads=options.threads)
     result, _ = _ENGINES["rapidocr"](image)
     return [(box, text) for box, text, _score in result or []]
 
 
-def _paddleocr(image: np.ndarray, table: Mapping[str, Any]) -> list[tuple[Box, str]]:
+def _paddleocr(image: np.ndarray, options: OcrOptions) -> list[tuple[Box, str]]:
     """PaddleOCR 3.x with det/, rec/ and cls/ under paddle_model_dir (never its downloads)."""
-    model_dir = table.get("paddle_model_dir") or DEFAULTS["loaders"]["ocr"]["paddle_model_dir"]
+    model_dir = options.paddle_model_dir
     dirs = {name: Path(model_dir, name) for name in ("det", "rec", "cls")}
     if not model_dir or not all(d.is_dir() for d in dirs.values()):
         raise LoaderError(PADDLE_HELP)
@@ -100,16 +90,13 @@ def _paddleocr(image: np.ndarray, table: Mapping[str, Any]) -> list[tuple[Box, s
 _BACKENDS = {"rapidocr": _rapidocr, "paddleocr": _paddleocr}
 
 
-def ocr_page(path: Path, page: int, options: Mapping[str, Any]) -> Page:
+def ocr_page(path: Path, page: int, options: OcrOptions) -> Page:
     """Render page `page` (1-based) of a PDF or image and OCR it: Page(page, text, needs_ocr=False).
 
-    `options` is the [loaders.ocr] table, or a mapping holding it under "ocr"; a top-level
-    "passwords" list unlocks encrypted PDFs.
+    `options.passwords` unlocks encrypted PDFs.
     """
-    table = _ocr_table(options)
-    defaults = DEFAULTS["loaders"]["ocr"]
-    backend = table.get("backend", defaults["backend"])
-    if backend not in _BACKENDS:
-        raise LoaderError(f"unknown OCR backend {backend!r}; set [loaders.ocr] backend to rapidocr or paddleocr")
-    image = render(path, page, table.get("dpi", defaults["dpi"]), options.get("passwords", ()))
-    return Page(page, reading_order(_BACKENDS[backend](image, table)), needs_ocr=False)
+    if options.backend not in _BACKENDS:
+        raise LoaderError(f"unknown OCR backend {options.backend!r}; "
+                          "set [loaders.ocr] backend to rapidocr or paddleocr")
+    image = render(path, page, options.dpi, options.passwords)
+    return Page(page, reading_order(_BACKENDS[options.backend](image, options)), needs_ocr=False)

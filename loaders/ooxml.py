@@ -3,20 +3,17 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping
-
-from ingest.config import DEFAULTS
-from .base import LoaderError
+from .base import LoaderError, LoaderOptions
 
 MB = 1024 * 1024
 
 
-def check_zip(path: Path, options: Mapping[str, Any], kind: str, main_part: str) -> None:
+def check_zip(path: Path, options: LoaderOptions, kind: str, main_part: str) -> None:
     """Refuse a non-zip, a zip without `main_part`, or one unzipping past [limits] max_unzipped_mb.
 
     Only the zip's directory is read; `kind` ("DOCX", "PPTX") names the file in messages.
     """
-    limit = options.get("limits", {}).get("max_unzipped_mb", DEFAULTS["limits"]["max_unzipped_mb"])
+    limit = options.max_unzipped_mb
     try:
         with zipfile.ZipFile(path) as archive:
             members = archive.infolist()

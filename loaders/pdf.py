@@ -1,13 +1,12 @@
 """PDF: one page per PDF page (1-based) with its text layer; a page with no usable text layer is
-yielded empty with needs_ocr=True (options["ocr"]: "auto", "always" or "never")."""
+yielded empty with needs_ocr=True (options.pdf_ocr: "auto", "always" or "never")."""
 from __future__ import annotations
 
 import unicodedata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Iterable, Iterator
 
-from ingest.config import DEFAULTS
-from .base import LoaderError, Page, register
+from .base import LoaderError, LoaderOptions, Page, register
 
 if TYPE_CHECKING:
     import pymupdf
@@ -75,20 +74,15 @@ def needs_ocr(page: pymupdf.Page, text: str) -> bool:
     return len(chars) < MIN_CHARS and _image_cover(page) >= MIN_IMAGE_COVER
 
 
-def _ocr_mode(options: Mapping[str, Any]) -> str:
-    mode = options.get("ocr")
-    return mode if mode in ("auto", "always", "never") else DEFAULTS["loaders"]["pdf"]["ocr"]
-
-
 @register("pdf", (".pdf",), "pdf")
-def load(path: Path, options: Mapping[str, Any]) -> Iterator[Page]:
+def load(path: Path, options: LoaderOptions) -> Iterator[Page]:
     """Every page with its text; pages without a usable text layer come empty with needs_ocr=True."""
     import pymupdf
 
     flags = pymupdf.TEXTFLAGS_TEXT & ~pymupdf.TEXT_PRESERVE_LIGATURES      # "ﬁ" -> "fi"
-    mode = _ocr_mode(options)
+    mode = options.pdf_ocr
     _check_not_truncated(path)
-    with open_document(path, options.get("passwords", DEFAULTS["loaders"]["pdf"]["passwords"])) as doc:
+    with open_document(path, options.passwords) as doc:
         title = ((doc.metadata or {}).get("title") or "").strip() or None
         for index in range(doc.page_count):
             try:

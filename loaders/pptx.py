@@ -3,9 +3,9 @@ speaker notes."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Iterable, Iterator
 
-from .base import Page, register
+from .base import LoaderOptions, Page, register
 from .ooxml import check_zip, open_error
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def read_pptx(path: Path) -> list[Page]:
 
 
 @register("pptx", (".pptx",), "pptx")
-def load(path: Path, options: Mapping[str, Any]) -> Iterator[Page]:
+def load(path: Path, options: LoaderOptions) -> Iterator[Page]:
     """Every slide as a page numbered like the slide."""
     check_zip(path, options, "PPTX", "ppt/presentation.xml")
     yield from read_pptx(path)

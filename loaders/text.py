@@ -3,13 +3,20 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Iterator
 
-from ingest.config import DEFAULTS
-from .base import LoaderError, Page, register
-from .sniff import BOMS, HEAD_BYTES, utf16_without_bom
+from .base import LoaderError, LoaderOptions, Page, register
 
 MB = 1024 * 1024
+HEAD_BYTES = 8192              # how much of a file shows whether it is BOM-less UTF-16
+# Byte-order marks, longest first (the UTF-32 LE mark starts with the UTF-16 LE one).
+BOMS: tuple[tuple[bytes, str], ...] = (
+    (b"\xff\xfe\x00\x00", "utf-32-le"),
+    (b"\x00\x00\xfe\xff", "utf-32-be"),
+    (b"\xef\xbb\xbf", "utf-8-sig"),
+    (b"\xff\xfe", "utf-16-le"),
+    (b"\xfe\xff", "utf-16-be"),
+)
 GUESS_BYTES = 64 * 1024        # charset-normalizer looks at this much of the file
 # Encodings text files are actually written in; guessing among all of Python's codecs picks exotic
 # ones (hp_roman8, mac_iceland) for short Western text.
@@ -22,6 +29,21 @@ _BY_POPULARITY = ("cp1252", "gb18030", "cp932", "cp1251", "cp949", "big5")
 # quotes and the euro sign as chaos in cp1252.
 _TIE_SLACK = {"cp1252": 0.1}
 _H1 = re.compile(r" {0,3}#[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
+
+
+def utf16_without_bom(head: bytes) -> str | None:
+    """The UTF-16 byte order when NULs fall on one byte position only (mostly-ASCII UTF-16), else None."""
+    sample = head[: len(head) - len(head) % 2]
+    if len(sample) < 4:
+        return None
+    pairs = len(sample) // 2
+    even = sample[0::2].count(0) / pairs
+    odd = sample[1::2].count(0) / pairs
+    if odd > 0.1 and even < 0.02:         # ASCII "A" is 41 00 in UTF-16-LE
+        return "utf-16-le"
+    if even > 0.1 and odd < 0.02:
+        return "utf-16-be"
+    return None
 
 
 def _guess_encoding(data: bytes) -> str | None:
@@ -64,9 +86,9 @@ def markdown_title(text: str) -> str | None:
     return None
 
 
-def read_text(path: Path, options: Mapping[str, Any]) -> str:
+def read_text(path: Path, options: LoaderOptions) -> str:
     """The file's text with newlines normalized; refuses files over [limits] max_text_mb before reading."""
-    limit = options.get("limits", {}).get("max_text_mb", DEFAULTS["limits"]["max_text_mb"])
+    limit = options.max_text_mb
     size = path.stat().st_size
     if size > limit * MB:
         raise LoaderError(f"text file is {size / MB:.1f} MB, over [limits] max_text_mb = {limit:g}; "
@@ -75,13 +97,13 @@ def read_text(path: Path, options: Mapping[str, Any]) -> str:
 
 
 @register("txt", (".txt",), "txt")
-def load_txt(path: Path, options: Mapping[str, Any]) -> Iterator[Page]:
+def load_txt(path: Path, options: LoaderOptions) -> Iterator[Page]:
     """A .txt file as one page."""
     yield Page(None, read_text(path, options))
 
 
 @register("md", (".md", ".markdown"), "txt")
-def load_md(path: Path, options: Mapping[str, Any]) -> Iterator[Page]:
+def load_md(path: Path, options: LoaderOptions) -> Iterator[Page]:
     """A Markdown file as one page, titled by its first `# heading`."""
     text = read_text(path, options)
     yield Page(None, text, title=markdown_title(text))

@@ -1,7 +1,7 @@
 """The encode pool with the real packaged model (no mocks), on CPU workers.
 
 One module-scoped pool (two CPU workers, two tokenizer processes, batches of 4) serves the
-in-process tests; the test hook INGEST_FAULT (workers/encode_worker.py) injects delays, a
+in-process tests; the test hook INGEST_FAULT (workers/encode/_worker.py) injects delays, a
 hang and an exception into its workers for texts carrying a marker. Spawn safety and
 orphans are checked in real subprocesses and a real Jupyter kernel.
 """

@@ -1,7 +1,7 @@
 """Every loader, in process, on real documents built by tests/docs.py."""
 from __future__ import annotations
 
-import copy
+import dataclasses
 import os
 import random
 import re
@@ -13,26 +13,26 @@ import pytest
 
 import docs
 from ingest import loaders
-from ingest.config import DEFAULTS
-from ingest.loaders import LoaderError, Unsupported, formats, loader_for, pool_for, register
+from ingest.config import load_config, loader_options, ocr_options
+from ingest.loaders import LoaderError, LoaderOptions, OcrOptions, Unsupported, formats, loader_for, pool_for, register
 from ingest.loaders.ocr import ocr_page, reading_order
 from ingest.loaders.pdf import needs_ocr
-from ingest.loaders.sniff import detect_format
+from ingest.sniff import detect_format
 
 
-def opts(pool: str, **table: Any) -> dict[str, Any]:
-    """A loader's options as the supervisor builds them: its pool's table plus [limits] and legacy."""
-    options = copy.deepcopy(DEFAULTS["loaders"][pool])
-    options["limits"] = copy.deepcopy(DEFAULTS["limits"])
-    options["legacy"] = copy.deepcopy(DEFAULTS["loaders"]["legacy"])
-    options.update(table)
-    return options
+def opts(**overrides: Any) -> LoaderOptions:
+    """Loader options as the supervisor builds them from the default config, with `overrides`."""
+    return dataclasses.replace(loader_options(load_config()), **overrides)
 
 
-def load(path: Path, **table: Any) -> list[loaders.Page]:
-    """detect_format, then that format's loader with its pool's default options (+ overrides)."""
-    fmt = detect_format(path)
-    return list(loader_for(fmt)(path, opts(pool_for(fmt), **table)))
+def ocr_opts(**overrides: Any) -> OcrOptions:
+    """OCR options as the supervisor builds them from the default config, with `overrides`."""
+    return dataclasses.replace(ocr_options(load_config()), **overrides)
+
+
+def load(path: Path, **overrides: Any) -> list[loaders.Page]:
+    """detect_format, then that format's loader with the default options (+ overrides)."""
+    return list(loader_for(detect_format(path))(path, opts(**overrides)))
 
 
 def words(text: str) -> str:
@@ -85,12 +85,11 @@ def test_oversized_text_is_refused_without_reading(tmp_path: Path) -> None:
     path = docs.make_big_text(tmp_path / "huge.txt", 200)
     start = time.perf_counter()
     with pytest.raises(LoaderError, match=r"text file is 200\.0 MB, over \[limits\] max_text_mb = 64; raise"):
-        list(loader_for("txt")(path, opts("txt")))
+        list(loader_for("txt")(path, opts()))
     assert time.perf_counter() - start < 1
     small = docs.write_text(tmp_path / "small.txt", "x" * 5000, "utf-8")
-    limits = {**DEFAULTS["limits"], "max_text_mb": 0.001}
     with pytest.raises(LoaderError, match="max_text_mb = 0.001"):
-        list(loader_for("txt")(small, opts("txt", limits=limits)))
+        list(loader_for("txt")(small, opts(max_text_mb=0.001)))
 
 
 # ---- sniff ---------------------------------------------------------------------------------------
@@ -164,7 +163,7 @@ def test_pdf_text_pages_numbered_from_one(tmp_path: Path) -> None:
     ("never", [(1, "Typed quarterly summary", False), (2, "", False)]),
 ])
 def test_pdf_ocr_decision(mixed_pdf: Path, mode: str, expected: list[tuple[int, str, bool]]) -> None:
-    assert [(p.number, p.text.strip(), p.needs_ocr) for p in load(mixed_pdf, ocr=mode)] == expected
+    assert [(p.number, p.text.strip(), p.needs_ocr) for p in load(mixed_pdf, pdf_ocr=mode)] == expected
 
 
 def test_scan_with_a_few_stray_characters_needs_ocr(tmp_path: Path) -> None:
@@ -193,7 +192,7 @@ def test_pdf_encrypted(tmp_path: Path) -> None:
     path = docs.make_encrypted_pdf(tmp_path / "locked.pdf", ["Classified memo"], password="hunter2")
     with pytest.raises(LoaderError, match=r"^PDF is encrypted; add its password to \[loaders.pdf\] passwords$"):
         load(path)
-    [page] = load(path, passwords=["wrong", "hunter2"])
+    [page] = load(path, passwords=("wrong", "hunter2"))
     assert page.text.strip() == "Classified memo"
 
 
@@ -219,14 +218,12 @@ def test_image_frames_need_ocr(tmp_path: Path) -> None:
 
 
 def test_ocr_reads_english_chinese_and_png(tmp_path: Path, mixed_pdf: Path) -> None:
-    table = DEFAULTS["loaders"]["ocr"]
     scanned = docs.make_scanned_pdf(tmp_path / "scan.pdf", ["Invoice number 4471 is overdue"], SMALL_PAGE)
     png = docs.make_png(tmp_path / "sign.png", "Meeting moved to Friday")
     timings = {}
-    for name, path, page, options in [("english pdf", scanned, 1, table), ("chinese pdf", mixed_pdf, 2, {"ocr": table}),
-                                      ("png", png, 1, table)]:
+    for name, path, page in [("english pdf", scanned, 1), ("chinese pdf", mixed_pdf, 2), ("png", png, 1)]:
         start = time.perf_counter()
-        timings[name] = (ocr_page(path, page, options), time.perf_counter() - start)
+        timings[name] = (ocr_page(path, page, ocr_opts()), time.perf_counter() - start)
     print("OCR seconds:", {k: round(t, 2) for k, (_, t) in timings.items()})
     assert words(timings["english pdf"][0].text) == "invoice number 4471 is overdue"
     assert timings["chinese pdf"][0].text.replace(" ", "") == "扫描文件中的中文识别测试"
@@ -236,9 +233,9 @@ def test_ocr_reads_english_chinese_and_png(tmp_path: Path, mixed_pdf: Path) -> N
 def test_ocr_paddle_without_models_says_how(tmp_path: Path) -> None:
     png = docs.make_png(tmp_path / "a.png", "x")
     with pytest.raises(LoaderError, match=r"pip install paddleocr.*\[loaders.ocr\] paddle_model_dir"):
-        ocr_page(png, 1, {**DEFAULTS["loaders"]["ocr"], "backend": "paddleocr"})
+        ocr_page(png, 1, ocr_opts(backend="paddleocr"))
     with pytest.raises(LoaderError, match="page 2 does not exist"):
-        ocr_page(png, 2, DEFAULTS["loaders"]["ocr"])
+        ocr_page(png, 2, ocr_opts())
 
 
 def test_reading_order_rows_then_columns() -> None:
@@ -275,9 +272,8 @@ def test_docx_title_and_header_variants(tmp_path: Path) -> None:
 
 def test_docx_zip_bomb_and_non_zip(tmp_path: Path) -> None:
     bomb = docs.make_zip_bomb_docx(tmp_path / "bomb.docx", 3)
-    limits = {**DEFAULTS["limits"], "max_unzipped_mb": 1}
     with pytest.raises(LoaderError, match=r"DOCX unzips to 3\.\d MB, over \[limits\] max_unzipped_mb = 1"):
-        load(bomb, limits=limits)
+        load(bomb, max_unzipped_mb=1)
     assert load(bomb) == [loaders.Page(None, "")]
     fake = tmp_path / "fake.docx"
     fake.write_bytes(b"PK\x03\x04" + os.urandom(300))
@@ -318,7 +314,7 @@ def test_legacy_without_soffice_or_too_slow(tmp_path: Path, monkeypatch: pytest.
     doc = tmp_path / "x.doc"
     doc.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(600))
     with pytest.raises(LoaderError, match=r"LibreOffice did not convert the \.doc within 0\.01 s"):
-        load(doc, legacy={"convert_timeout_s": 0.01})
+        load(doc, convert_timeout_s=0.01)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(Unsupported, match=r"^legacy \.doc needs LibreOffice \(soffice\) on PATH; install"):
         load(doc)

@@ -1,4 +1,4 @@
-"""Split page text into chunks measured in the model's own tokens.
+"""The chunk step: page text -> chunks measured in the model's own tokens (runs in loader workers).
 
 Uses the fast `tokenizers` library (0.05 s to import) rather than transformers, with
 langchain's RecursiveCharacterTextSplitter counting tokens exactly as
@@ -9,6 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+
+
+@dataclass(frozen=True)
+class PageChunks:
+    """One page's chunks; page is 1-based, None for formats without pages."""
+    page: int | None
+    chunks: tuple[str, ...]
+    title: str | None = None
 
 
 @dataclass(frozen=True)

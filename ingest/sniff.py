@@ -1,27 +1,22 @@
-"""Cheap content checks: the format for a file, from its extension, confirmed by its first bytes.
+"""The sniff step: what a file is before any loader opens it, and whether it needs one at all.
 
-Called by the supervisor for every file, so it imports only the stdlib and loaders.base and
-reads at most HEAD_BYTES of the file.
+Its format comes from its extension, confirmed by its first bytes (at most HEAD_BYTES are
+read, so this stays cheap enough for the dispatcher's thread); text-encoding knowledge (BOMs,
+BOM-less UTF-16) comes from the text loader. Then the size limit, and the manifest: a file
+whose size and mtime are unchanged is done here.
 """
 from __future__ import annotations
 
 import errno
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
-from .base import LoaderError, Unsupported, format_for_extension
-
-HEAD_BYTES = 8192
-
-# Byte-order marks, longest first (the UTF-32 LE mark starts with the UTF-16 LE one).
-BOMS: tuple[tuple[bytes, str], ...] = (
-    (b"\xff\xfe\x00\x00", "utf-32-le"),
-    (b"\x00\x00\xfe\xff", "utf-32-be"),
-    (b"\xef\xbb\xbf", "utf-8-sig"),
-    (b"\xff\xfe", "utf-16-le"),
-    (b"\xfe\xff", "utf-16-be"),
-)
+from ingest.files import FileRef, Finished, Outcome
+from ingest.loaders import LoaderError, Unsupported, format_for_extension
+from ingest.loaders.text import BOMS, HEAD_BYTES, utf16_without_bom
+from ingest.manifest import Entry
 
 # kind -> (signature at offset 0, how to name it in a message, extension to suggest)
 _MAGIC: dict[str, tuple[bytes, str, str]] = {
@@ -48,21 +43,6 @@ _EXPECTED: dict[str, set[str]] = {
     "md": {"text"},
 }
 _CONTROL = frozenset(range(0x09)) | (frozenset(range(0x0E, 0x20)) - {0x1B})   # not \t \n \v \f \r ESC
-
-
-def utf16_without_bom(head: bytes) -> str | None:
-    """The UTF-16 byte order when NULs fall on one byte position only (mostly-ASCII UTF-16), else None."""
-    sample = head[: len(head) - len(head) % 2]
-    if len(sample) < 4:
-        return None
-    pairs = len(sample) // 2
-    even = sample[0::2].count(0) / pairs
-    odd = sample[1::2].count(0) / pairs
-    if odd > 0.1 and even < 0.02:         # ASCII "A" is 41 00 in UTF-16-LE
-        return "utf-16-le"
-    if even > 0.1 and odd < 0.02:
-        return "utf-16-be"
-    return None
 
 
 def _kind(head: bytes) -> str | None:
@@ -125,3 +105,23 @@ def detect_format(path: Path) -> str:
     if "text" in expected:
         raise LoaderError(f"binary content in a {ext} file; check what the file really is")
     raise LoaderError(f"content does not look like a {ext} file; the file is damaged or misnamed")
+
+
+def sniff(ref: FileRef, known: Entry | None, settings: str, max_file_mb: float) -> FileRef | Finished:
+    """The step before loading: `ref` with its format, or the Finished file when it needs no
+    loader (unsupported, unreadable or misnamed, over max_file_mb, or unchanged by size and mtime)."""
+    suffix = Path(ref.path).suffix.lower()
+    guess = replace(ref, fmt=format_for_extension(suffix) or suffix.lstrip(".") or "unknown")
+    try:
+        ref = replace(ref, fmt=detect_format(Path(ref.path)))
+    except Unsupported as exc:
+        return Finished(guess, Outcome("skipped", str(exc)))
+    except LoaderError as exc:
+        return Finished(guess, Outcome("failed", str(exc)))
+    if ref.size > max_file_mb * 1e6:
+        return Finished(ref, Outcome("failed", f"file is {ref.size / 1e6:.0f} MB, over [limits] max_file_mb = "
+                                               f"{max_file_mb:g}; raise the limit to ingest it"))
+    if (known is not None and known.status == "ingested" and known.settings == settings
+            and (known.size, known.mtime_ns) == (ref.size, ref.mtime_ns)):
+        return Finished(replace(ref, file_hash=known.file_hash), Outcome("unchanged", chunks=known.chunks))
+    return ref

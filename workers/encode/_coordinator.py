@@ -1,20 +1,9 @@
-"""The encode pool's engine: one encode worker per device, a pebble pool of tokenizer processes,
-and the coordinator thread that feeds them, handles their faults and streams results in order.
-
-NOTE (threads in the parent): the coordinator thread owns every worker handle, window and
-batch. Other threads reach it only through thread-safe queues (the event queue, each run's
-inbox) and wake it through a self-pipe; it sleeps in multiprocessing.connection.wait on the
-workers' result pipes, their sentinels and that pipe, never longer than the nearest
-deadline. Faults and their handling: NOTE in workers/encode_protocol.py.
-
-NOTE (devices): the parent never imports torch. "auto" starts one worker with device "auto";
-it imports torch, reports how many CUDA devices it sees (DevicesFound) before loading the
-model and takes cuda:0 (or the CPU, with all cores); the coordinator then starts one worker
-for each further CUDA device.
+"""The encode pool's coordinator thread: it owns every worker handle, window and batch, polls
+the workers, handles their faults, feeds the tokenizer pool and dispatches batches.
+Threads, devices and the fault policy: NOTEs in workers/encode/__init__.py.
 """
 from __future__ import annotations
 
-import atexit
 import os
 import queue
 import threading
@@ -24,26 +13,25 @@ from collections import deque
 from dataclasses import replace
 from functools import partial
 from multiprocessing.connection import wait
-from typing import Any, Iterable, Iterator
+from typing import Any
 
-import numpy as np
-from pebble import ProcessExpired, ProcessPool
-
-from .encode_batches import Batch, Window
-from .encode_process import EncodeProcess
-from .encode_protocol import (DevicesFound, EncodeError, EncodeTask, TaskDone, TaskFailed,
-                                     TaskStarted, WorkerReady, WorkerSpec)
-from .encode_run import EncodeRun
-from .encode_worker import fault_hook_active
-from .messages import Failure
-from .spawn import SPAWN
-from .tokenize import init_tokenizer_process, tokenize_window
+from ..failure import Failure
+from ._batches import Batch, Window
+from ._messages import (DevicesFound, EncodeError, EncodeTask, TaskDone, TaskFailed, TaskStarted, WorkerReady,
+                        WorkerSpec)
+from ._process import EncodeProcess, usable_cores
+from ._stream import EncodeRun
+from ._tokenize import TokenizerPool
+from ._worker import fault_hook_active
 
 START_TIMEOUT_S = 600.0          # loading a model may take minutes on a cold disk
-WINDOW_BATCHES = 8               # batches per window: the span sorted by length
 
 
-class EncodeEngine:
+class Coordinator:
+    """Starts the workers and its thread at once, runs until `shutdown`. Other threads only call
+    `submit`, `wake`, `is_alive`, `stats` and `shutdown`, and read `first_ready`, `all_ready`,
+    `broken`, `dim` and `workers`."""
+
     def __init__(self, specs: list[WorkerSpec], tokenizer_file: str, *, batch_size: int, tokenizer_workers: int,
                  timeout_s: float, max_attempts: int):
         self.batch_size = batch_size
@@ -51,10 +39,8 @@ class EncodeEngine:
         self.max_attempts = max_attempts
         self._tokenizer_file = tokenizer_file
         self._tokenizer_workers = tokenizer_workers
-        self._tokenizers: ProcessPool | None = None          # started with the first WorkerReady
+        self._tokenizers: TokenizerPool | None = None        # started with the first WorkerReady
         self._with_texts = fault_hook_active()
-        self._window_size = batch_size * WINDOW_BATCHES
-        self._max_windows = 2 + 2 * (tokenizer_workers + len(specs))
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -63,107 +49,62 @@ class EncodeEngine:
         self._ready: deque[Batch] = deque()
         self._next_id = 0
         self._stats: dict[str, Any] = {"chunks": 0, "batches": 0, "tokenize_s": 0.0, "encode_s": 0.0,
-                                       "retries": 0, "splits": 0, "worker_restarts": 0, "tokenizer_restarts": 0}
+                                       "retries": 0, "splits": 0, "worker_restarts": 0}
         self._start_failures: dict[int, int] = {}
-        self._broken: EncodeError | None = None
-        self._dim: int | None = None
-        self._max_seq_length = 0
-        self._tokenizer_threads = 1
-        self._first_ready = threading.Event()
-        self._all_ready = threading.Event()
+        self.broken: EncodeError | None = None
+        self.dim: int | None = None
+        self.first_ready = threading.Event()
+        self.all_ready = threading.Event()
         self._devices_known = "auto" not in [s.device for s in specs]
         self._closing = False
-        self._closed = False
-        self._close_lock = threading.Lock()
-        self._workers = [EncodeProcess(slot, spec) for slot, spec in enumerate(specs)]
+        self.workers = [EncodeProcess(slot, spec) for slot, spec in enumerate(specs)]
         self._thread = threading.Thread(target=self._coordinate, name="ingest-encode-coordinator", daemon=True)
         self._thread.start()
-        atexit.register(self.close)
 
-    # -- caller side ---------------------------------------------------------------
-    def encode_groups(self, groups: Iterable[tuple[Any, Any]], on_rows=None) -> Iterator[tuple[Any, np.ndarray]]:
-        dim = self.dim
-        run = EncodeRun(groups, self._window_size, self._max_windows, self._wake)
+    # -- any thread ------------------------------------------------------------------
+    def submit(self, run: EncodeRun) -> None:
         self._events.put(run)
-        self._wake()
-        yield from run.results(dim, self._check_alive, on_rows)
+        self.wake()
 
-    @property
-    def dim(self) -> int:
-        self._wait(self._first_ready)
-        return self._dim
-
-    def wait_ready(self) -> None:
-        """Block until every current worker (replacements included) has started; raises
-        EncodeError if one cannot."""
-        self._wait(self._all_ready)
-        while not all(w.ready for w in self._workers):
-            self._check_alive()
-            time.sleep(0.05)
-
-    @property
-    def startup_seconds(self) -> list[float]:
-        self.wait_ready()
-        return [w.startup_seconds for w in self._workers]
-
-    @property
-    def worker_pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers]
-
-    @property
-    def stats(self) -> dict[str, Any]:
-        """chunks and batches done, seconds tokenizing and encoding (summed over processes),
-        retries, splits, worker and tokenizer-pool restarts."""
-        return dict(self._stats)
-
-    def _wait(self, event: threading.Event) -> None:
-        while not event.wait(0.25):
-            self._check_alive()
-        self._check_alive()
-
-    def _check_alive(self) -> None:
-        if self._broken is not None:
-            raise self._broken
-        if self._closed or not self._thread.is_alive():
-            raise EncodeError("encode pool is closed")
-
-    def _wake(self) -> None:
+    def wake(self) -> None:
         try:
             os.write(self._wake_w, b"\0")
         except (BlockingIOError, OSError):     # full: a wake-up is pending anyway; closed: shutting down
             pass
 
-    def close(self) -> None:
-        """Stop the workers (finishing batches already sent, up to a few seconds) and the tokenizers."""
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
-        atexit.unregister(self.close)
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stats(self) -> dict[str, Any]:
+        restarts = self._tokenizers.restarts if self._tokenizers is not None else 0
+        return {**self._stats, "tokenizer_restarts": restarts}
+
+    def shutdown(self) -> None:
+        """Stop the thread, fail the runs left, stop the workers (finishing batches already sent,
+        up to a few seconds) and the tokenizers. Call once."""
         self._closing = True
-        self._wake()
+        self.wake()
         if self._thread is not threading.current_thread():
             self._thread.join(10)
         for run in self._runs:
             run.fail(EncodeError("encode pool closed"))
-        for w in self._workers:
+        for w in self.workers:
             w.stop()
         deadline = time.monotonic() + 3
-        for w in self._workers:
+        for w in self.workers:
             w.finish(deadline - time.monotonic())
         if self._tokenizers is not None:
             self._tokenizers.stop()
-            self._tokenizers.join(5)
         os.close(self._wake_r)
         os.close(self._wake_w)
 
     # -- coordinator thread ----------------------------------------------------------
     def _coordinate(self) -> None:
         try:
-            while not self._closing and self._broken is None:
+            while not self._closing and self.broken is None:
                 self._drain_wake_pipe()
                 self._take_events()
-                for w in list(self._workers):
+                for w in list(self.workers):
                     self._poll(w)
                 self._check_deadlines()
                 self._runs = [r for r in self._runs if not (r.stopped or r.finished)]
@@ -232,31 +173,27 @@ class EncodeEngine:
     def _on_devices(self, w: EncodeProcess, cuda_devices: int) -> None:
         w.spec = replace(w.spec, device="cuda:0" if cuda_devices else "cpu")
         for index in range(1, cuda_devices):
-            self._workers.append(EncodeProcess(len(self._workers), replace(w.spec, device=f"cuda:{index}")))
+            self.workers.append(EncodeProcess(len(self.workers), replace(w.spec, device=f"cuda:{index}")))
         self._devices_known = True
 
     def _on_ready(self, w: EncodeProcess, msg: WorkerReady, now: float) -> None:
         w.ready, w.startup_seconds, w.last_progress = msg, now - w.launched, now
         self._start_failures.pop(w.slot, None)
         if self._tokenizers is None:           # truncate exactly where the loaded model does
-            self._dim, self._max_seq_length = msg.dim, msg.max_seq_length
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            self.dim = msg.dim
             on_gpu = msg.device.startswith("cuda")
-            self._tokenizer_threads = max(1, cores // self._tokenizer_workers) if on_gpu else 1
-            self._start_tokenizers()
-            self._first_ready.set()
-        if self._devices_known and all(x.ready for x in self._workers):
-            self._all_ready.set()
+            threads = max(1, usable_cores() // self._tokenizer_workers) if on_gpu else 1
+            self._tokenizers = TokenizerPool(self._tokenizer_file, msg.max_seq_length, self._tokenizer_workers,
+                                             threads, self.timeout_s)
+            self.first_ready.set()
+        if self._devices_known and all(x.ready for x in self.workers):
+            self.all_ready.set()
 
     def _store(self, batch: Batch, msg: TaskDone) -> None:
-        window = batch.window
-        window.rows[batch.positions] = msg.embeddings
         self._stats["chunks"] += len(batch)
         self._stats["batches"] += 1
         self._stats["encode_s"] += msg.seconds
-        window.pending -= 1
-        if window.pending == 0:
-            window.run.window_done(window.number, window.rows)
+        batch.window.store(batch, msg.embeddings)
 
     def _lost(self, w: EncodeProcess, reason: str) -> None:
         """Kill and replace a dead or hung worker; requeue what it held, blame what it ran."""
@@ -267,7 +204,7 @@ class EncodeEngine:
             if self._start_failures[w.slot] >= self.max_attempts:
                 self._break(EncodeError(f"{w.where} (pid {failure.pid}) did not start: {reason}", failure))
                 return
-        self._workers[w.slot] = EncodeProcess(w.slot, w.spec)
+        self.workers[w.slot] = EncodeProcess(w.slot, w.spec)
         self._stats["worker_restarts"] += 1
         for batch in reversed(w.in_flight.values()):
             if batch.id not in w.running and not batch.window.run.stopped:
@@ -278,7 +215,7 @@ class EncodeEngine:
                 self._failed(batch, failure, crashed=True)
 
     def _failed(self, batch: Batch, failure: Failure, crashed: bool) -> None:
-        """Retry, split or give up on a batch (policy: NOTE in workers/encode_protocol.py)."""
+        """Retry, split or give up on a batch (policy: NOTE in workers/encode/__init__.py)."""
         batch.attempts += 1
         if len(batch) > 1:
             if crashed and not batch.suspect and batch.attempts < min(2, self.max_attempts):
@@ -304,7 +241,7 @@ class EncodeEngine:
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
-        for w in list(self._workers):
+        for w in list(self.workers):
             if w.ready is None and now - w.launched > START_TIMEOUT_S:
                 self._lost(w, f"did not start within {START_TIMEOUT_S:g} s")
             elif w.ready is not None and w.in_flight and now - w.last_progress > self.timeout_s:
@@ -318,26 +255,12 @@ class EncodeEngine:
             while (cut := run.next_window(now)) is not None:
                 self._tokenize(Window(run, *cut))
 
-    def _start_tokenizers(self) -> None:
-        self._tokenizers = ProcessPool(max_workers=self._tokenizer_workers, initializer=init_tokenizer_process,
-                                       initargs=(self._tokenizer_file, self._max_seq_length, self._tokenizer_threads),
-                                       context=SPAWN)
-
     def _tokenize(self, window: Window) -> None:
-        args = (window.texts, self.batch_size)
-        try:
-            future = self._tokenizers.schedule(tokenize_window, args=args, timeout=self.timeout_s)
-        except RuntimeError:                   # pebble's pool breaks if an idle worker dies: start anew
-            self._tokenizers.stop()
-            self._tokenizers.join(5)
-            self._stats["tokenizer_restarts"] += 1
-            self._start_tokenizers()
-            future = self._tokenizers.schedule(tokenize_window, args=args, timeout=self.timeout_s)
-        future.add_done_callback(partial(self._post_tokenized, window))
+        self._tokenizers.submit(window.texts, self.batch_size, partial(self._post_tokenized, window))
 
     def _post_tokenized(self, window: Window, future) -> None:      # runs in a pebble thread
         self._events.put((window, future))
-        self._wake()
+        self.wake()
 
     def _on_tokenized(self, window: Window, future) -> None:
         if window.run.stopped:
@@ -350,24 +273,17 @@ class EncodeEngine:
                 self._stats["retries"] += 1
                 self._tokenize(window)
                 return
-            what = (f"killed ({Failure.describe_exit(exc.exitcode)})" if isinstance(exc, ProcessExpired)
-                    else f"timed out after {self.timeout_s:g} s" if isinstance(exc, TimeoutError)
-                    else f"raised {type(exc).__name__}: {exc}")
-            failure = Failure("tokenizer process", what, pid=getattr(exc, "pid", None),
-                              traceback=str(exc.__cause__ or "") or None)
+            failure = self._tokenizers.failure(exc)
             text = window.texts[0]
             window.run.fail(EncodeError(f"chunks {window.first}-{window.first + len(window.texts) - 1} "
-                                        f"(first {text[:40]!r}): tokenizer process {what}", failure, window.first))
+                                        f"(first {text[:40]!r}): tokenizer process {failure.error}",
+                                        failure, window.first))
             return
         self._stats["tokenize_s"] += tokenized.seconds
-        window.rows = np.empty((len(window.texts), self._dim), dtype=np.float32)
-        window.pending = len(tokenized.batches)
-        first = self._new_ids(len(tokenized.batches))
-        for i, b in enumerate(tokenized.batches):
-            self._ready.append(Batch(first + i, window, b.positions, b.ids, b.lengths))
+        self._ready.extend(window.cut(tokenized.batches, self._new_ids(len(tokenized.batches)), self.dim))
 
     def _dispatch(self) -> None:
-        ready = [w for w in self._workers if w.ready is not None]
+        ready = [w for w in self.workers if w.ready is not None]
         while self._ready and ready:
             w = min(ready, key=lambda x: len(x.in_flight))
             if len(w.in_flight) >= (4 if w.ready.device.startswith("cuda") else 2):   # launched + queued
@@ -381,7 +297,7 @@ class EncodeEngine:
     def _sleep(self) -> None:
         now = time.monotonic()
         until = now + 0.5
-        for w in self._workers:
+        for w in self.workers:
             if w.ready is None:
                 until = min(until, w.launched + START_TIMEOUT_S)
             elif w.in_flight:
@@ -390,13 +306,13 @@ class EncodeEngine:
             for run in self._runs:
                 if (due := run.stall_deadline()) is not None:
                     until = min(until, due)
-        handles = [w.results for w in self._workers] + [w.process.sentinel for w in self._workers]
+        handles = [w.results for w in self.workers] + [w.process.sentinel for w in self.workers]
         wait(handles + [self._wake_r], max(0.0, until - now) + 0.001)
 
     def _break(self, error: EncodeError) -> None:
         """The pool cannot go on: fail every run, wake every waiter."""
-        self._broken = error
+        self.broken = error
         for run in self._runs:
             run.fail(error)
-        self._first_ready.set()
-        self._all_ready.set()
+        self.first_ready.set()
+        self.all_ready.set()

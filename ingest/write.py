@@ -1,4 +1,4 @@
-"""The single writer: rows in file order, then chunk order; store first, then manifest.
+"""The write step: one writer, rows in file order, then chunk order; store first, then manifest.
 
 NOTE (write protocol): rows of finished files are upserted in batches of
 [store] batch_size, then the store is flushed, then stale rows of changed files are deleted
@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from ingest.manifest import Entry, Manifest
-from ingest.scan import FileJob
+from ingest.files import Finished
 from ingest.store import Store
 
 FLUSH_EVERY_S = 2.0
@@ -30,44 +30,45 @@ def chunk_id(source: str, index: int, text: str) -> str:
 
 class Writer:
     def __init__(self, store: Store, manifest: Manifest, model: str, settings: str, batch_rows: int,
-                 batch_files: int, on_written: Callable[[FileJob], None]):
+                 batch_files: int, on_written: Callable[[Finished], None]):
         self.store, self.manifest = store, manifest
         self.model, self.settings, self.batch_rows = model, settings, batch_rows
         self.batch_files = batch_files       # half the supervisor's window: files must not wait on rows
         self.on_written = on_written
         self.rows: list[dict] = []
-        self.jobs: list[FileJob] = []
+        self.files: list[Finished] = []
         self.last_flush = time.monotonic()
         self.seconds = 0.0
         self.rows_written = 0
         self._collection_ready = False
         self._lock = threading.RLock()       # add() runs in the writer thread, flush_if_due() in the main loop
 
-    def add(self, job: FileJob, start: int, texts: list[tuple[int | None, str]], vectors: np.ndarray,
+    def add(self, file: Finished, start: int, texts: list[tuple[int | None, str]], vectors: np.ndarray,
             last: bool) -> None:
-        """Queue rows for chunks [start, start+len) of `job`; `last` marks the file's final part."""
+        """Queue rows for chunks [start, start+len) of `file`; `last` marks the file's final part."""
         with self._lock:
-            self._add(job, start, texts, vectors, last)
+            self._add(file, start, texts, vectors, last)
 
-    def _add(self, job: FileJob, start: int, texts: list[tuple[int | None, str]], vectors: np.ndarray,
+    def _add(self, file: Finished, start: int, texts: list[tuple[int | None, str]], vectors: np.ndarray,
              last: bool) -> None:
+        ref = file.ref
         for i, ((page, text), vec) in enumerate(zip(texts, vectors), start):
-            self.rows.append({"id": chunk_id(job.source, i, text), "vector": vec.tolist(), "text": text,
-                              "source": job.source, "page": page or 0, "chunk": i, "format": job.fmt,
-                              "file_hash": job.file_hash})
+            self.rows.append({"id": chunk_id(ref.source, i, text), "vector": vec.tolist(), "text": text,
+                              "source": ref.source, "page": page or 0, "chunk": i, "format": ref.fmt,
+                              "file_hash": ref.file_hash})
         if vectors.shape[0] and not self._collection_ready:
             self.store.ensure_collection(self.model, int(vectors.shape[1]))
             self._collection_ready = True
         if last:
-            self.jobs.append(job)
-        if (len(self.rows) >= self.batch_rows or len(self.jobs) >= self.batch_files
+            self.files.append(file)
+        if (len(self.rows) >= self.batch_rows or len(self.files) >= self.batch_files
                 or time.monotonic() - self.last_flush > FLUSH_EVERY_S):
             self.flush()
 
     def flush_if_due(self) -> None:
         """Flush what waits if the last flush is FLUSH_EVERY_S old: files must not wait for a next add()."""
         with self._lock:
-            if (self.rows or self.jobs) and time.monotonic() - self.last_flush > FLUSH_EVERY_S:
+            if (self.rows or self.files) and time.monotonic() - self.last_flush > FLUSH_EVERY_S:
                 self.flush()
 
     def flush(self) -> None:
@@ -80,17 +81,17 @@ class Writer:
             for i in range(0, len(self.rows), self.batch_rows):
                 self.store.upsert(self.rows[i:i + self.batch_rows])
             self.store.flush()
-        done = self.jobs
-        for job in done:
-            if job.status == "ingested" and job.old_hash and job.old_hash != job.file_hash:
-                self.store.delete_stale(job.source, job.file_hash)
-        entries = [Entry(j.source, j.size, j.mtime_ns, j.file_hash, "ingested", j.chunks, j.fmt,
-                         self.settings) for j in done if j.record]
+        done = self.files
+        for f in done:
+            if f.outcome.status == "ingested" and f.old_hash and f.old_hash != f.ref.file_hash:
+                self.store.delete_stale(f.ref.source, f.ref.file_hash)
+        entries = [Entry(f.ref.source, f.ref.size, f.ref.mtime_ns, f.ref.file_hash, "ingested", f.outcome.chunks,
+                         f.ref.fmt, self.settings) for f in done if f.record]
         if entries:
             self.manifest.record(entries)
         self.rows_written += len(self.rows)
-        self.rows, self.jobs = [], []
+        self.rows, self.files = [], []
         self.last_flush = time.monotonic()
         self.seconds += time.perf_counter() - start
-        for job in done:
-            self.on_written(job)
+        for f in done:
+            self.on_written(f)

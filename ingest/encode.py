@@ -1,34 +1,44 @@
-"""The writer thread of `ingest run`: the encode feed -> EncodePool -> Writer.
+"""The encode step, in its own thread: finished files in file order -> EncodePool -> the writer.
 
 Files arrive on `feed` in file order (None ends it). Files without chunks go straight to the
 writer; the rest go through the encode pool, which returns groups in input order, so rows
 are written in file order, then chunk order. The pool is started in the background when the
 first file is sent to a loader, so its start-up overlaps loading, and never on a rerun that
-has nothing to encode.
+has nothing to encode. A big file is encoded in parts of GROUP_CHUNKS, so memory stays flat.
 """
 from __future__ import annotations
 
 import queue
 import threading
 from concurrent.futures import Future
+from dataclasses import dataclass, replace
 from itertools import chain
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from ingest.files import INTERRUPTED, Finished
 from ingest.model_ref import ModelRef
-from ingest.writer import Writer
+from ingest.write import Writer
 
-GROUP_CHUNKS = 256          # a big file is encoded in parts, so memory stays flat
-INTERRUPTED = "interrupted before it was written; rerun to ingest it"
+GROUP_CHUNKS = 256
+
+
+@dataclass(frozen=True, eq=False)
+class Part:
+    """Chunks [start, start + len(chunks)) of a file: the key of one group in the encode pool."""
+    file: Finished
+    start: int
+    chunks: list[tuple[int | None, str]]     # (page, text)
+    last: bool                                # the file's final part
 
 
 class EncodeStage:
-    def __init__(self, model: ModelRef, settings: dict[str, Any], writer: Writer, events: queue.Queue,
-                 stopping: threading.Event):
+    def __init__(self, model: ModelRef, settings: dict[str, Any], writer: Writer,
+                 on_error: Callable[[BaseException], None], stopping: threading.Event):
         self.model, self.settings, self.writer = model, settings, writer
-        self.events, self.stopping = events, stopping
-        self.feed: queue.Queue = queue.Queue()
+        self.on_error, self.stopping = on_error, stopping
+        self.feed: queue.Queue[Finished | None] = queue.Queue()
         self.closed = threading.Event()
         self.stats: dict[str, float] = {}
         self._pool: Future | None = None
@@ -53,21 +63,21 @@ class EncodeStage:
         threading.Thread(target=make, name="ingest-encoder-start", daemon=True).start()
 
     def run(self) -> None:
-        """Thread target. Any error reaches the supervisor as a ("writer_error", None, exc) event."""
+        """Thread target. Any error reaches the dispatcher through on_error."""
         empty = np.zeros((0, 0), dtype=np.float32)
         try:
             groups = self._groups()
-            for key, texts in groups:
+            for part, texts in groups:
                 if texts:
                     pool = self._pool.result()
-                    for (job, start, part, last), vectors in pool.encode_groups(chain([(key, texts)], groups)):
-                        self.writer.add(job, start, part, vectors, last)
+                    for p, vectors in pool.encode_groups(chain([(part, texts)], groups)):
+                        self.writer.add(p.file, p.start, p.chunks, vectors, p.last)
                     self.stats = dict(pool.stats)
                     break
-                self.writer.add(*key[:3], empty, key[3])
+                self.writer.add(part.file, part.start, part.chunks, empty, part.last)
             self.writer.flush()
         except BaseException as exc:
-            self.events.put(("writer_error", None, exc))
+            self.on_error(exc)
 
     def close(self) -> None:
         self.closed.set()
@@ -77,21 +87,21 @@ class EncodeStage:
             except BaseException:
                 pass
 
-    def _groups(self) -> Iterator[tuple[tuple, list[str]]]:
-        """(key, texts) per part of each file, in file order; the get times out to notice a closed run."""
+    def _groups(self) -> Iterator[tuple[Part, list[str]]]:
+        """(Part, its texts) for each part of each file, in file order; the get times out to notice a closed run."""
         while not self.closed.is_set():
             try:
-                job = self.feed.get(timeout=0.5)
+                file = self.feed.get(timeout=0.5)
             except queue.Empty:
                 continue
-            if job is None:
+            if file is None:
                 return
-            if self.stopping.is_set() and job.status == "ingested":
-                job.finish("failed", INTERRUPTED)
-                job.record = False
-            items = job.chunk_texts() if job.status == "ingested" else []
+            if self.stopping.is_set() and file.outcome.status == "ingested":
+                file = replace(file, outcome=replace(file.outcome, status="failed", error=INTERRUPTED),
+                               pages=(), record=False)
+            items = file.chunk_texts()
             if not items:
-                yield (job, 0, [], True), []
+                yield Part(file, 0, [], True), []
             for start in range(0, len(items), GROUP_CHUNKS):
-                part = items[start:start + GROUP_CHUNKS]
-                yield (job, start, part, start + GROUP_CHUNKS >= len(items)), [t for _, t in part]
+                chunks = items[start:start + GROUP_CHUNKS]
+                yield Part(file, start, chunks, start + GROUP_CHUNKS >= len(items)), [t for _, t in chunks]

@@ -1,6 +1,7 @@
-"""Tokenizer processes of the encode pool: a window of texts in, length-sorted padded batches out.
+"""Tokenizer processes of the encode pool: a window of texts in, length-sorted padded batches out;
+and TokenizerPool, the parent's pebble pool of them.
 
-They import only `tokenizers` and numpy, never torch. Truncation matches what
+The processes use `tokenizers` and numpy, never torch. Truncation matches what
 sentence-transformers asks of its Hugging Face fast tokenizer (truncation="longest_first",
 max_length=the model's max_seq_length, special tokens added, right side), so the token ids
 are the ones SentenceTransformer.encode would feed the model. The tokenizer.json's own
@@ -10,12 +11,16 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import Future
 from itertools import chain
+from typing import Callable
 
 import numpy as np
+from pebble import ProcessExpired, ProcessPool
 
-from .encode_protocol import TokenBatch, TokenizedWindow
-from .spawn import watch_parent
+from ..failure import Failure
+from ..spawn import SPAWN, watch_parent
+from ._messages import TokenBatch, TokenizedWindow
 
 _tokenizer = None
 _pad_id = 0
@@ -69,3 +74,39 @@ def bucket_by_length(ids: list[list[int]], batch_size: int, pad_id: int) -> tupl
         offset += used
         batches.append(TokenBatch(positions=rows, ids=padded, lengths=row_lengths))
     return tuple(batches)
+
+
+class TokenizerPool:
+    """The parent's side: a pebble pool of these processes. pebble replaces a process that dies
+    or times out in a task; a pool broken by an idle process's death is replaced whole."""
+
+    def __init__(self, tokenizer_file: str, max_length: int, workers: int, threads: int, timeout_s: float):
+        self._options = dict(max_workers=workers, initializer=init_tokenizer_process,
+                             initargs=(tokenizer_file, max_length, threads), context=SPAWN)
+        self._timeout_s = timeout_s
+        self.restarts = 0
+        self._pool = ProcessPool(**self._options)
+
+    def submit(self, texts: list[str], batch_size: int, done: Callable[[Future], None]) -> None:
+        """Tokenize `texts` in a process; `done(future)` runs in a pebble thread."""
+        args = (texts, batch_size)
+        try:
+            future = self._pool.schedule(tokenize_window, args=args, timeout=self._timeout_s)
+        except RuntimeError:                   # pebble's pool breaks if an idle worker dies: start anew
+            self.stop()
+            self.restarts += 1
+            self._pool = ProcessPool(**self._options)
+            future = self._pool.schedule(tokenize_window, args=args, timeout=self._timeout_s)
+        future.add_done_callback(done)
+
+    def failure(self, exc: BaseException) -> Failure:
+        """What a failed task's exception means, as a Failure (its error: one line)."""
+        what = (f"killed ({Failure.describe_exit(exc.exitcode)})" if isinstance(exc, ProcessExpired)
+                else f"timed out after {self._timeout_s:g} s" if isinstance(exc, TimeoutError)
+                else f"raised {type(exc).__name__}: {exc}")
+        return Failure("tokenizer process", what, pid=getattr(exc, "pid", None),
+                       traceback=str(exc.__cause__ or "") or None)
+
+    def stop(self) -> None:
+        self._pool.stop()
+        self._pool.join(5)

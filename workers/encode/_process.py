@@ -1,4 +1,5 @@
-"""Parent-side handle of one encode worker process: start it, send it batches, stop it.
+"""Parent-side handle of one encode worker process (start it, send it batches, stop it), and
+the plan of which workers to start.
 
 Tasks go through a sender thread, so the coordinator never blocks on a full pipe while the
 worker computes. The parent closes its copies of the child's pipe ends, so a dead worker
@@ -13,9 +14,9 @@ import threading
 import time
 from typing import Any, Iterable
 
-from . import encode_worker
-from .encode_protocol import EncodeTask, WorkerReady, WorkerSpec
-from .spawn import SPAWN
+from ..spawn import SPAWN
+from . import _worker
+from ._messages import EncodeTask, WorkerReady, WorkerSpec
 
 
 def plan_devices(devices: str | Iterable[str] | None, model_path: str, dtype: str | None,
@@ -28,9 +29,13 @@ def plan_devices(devices: str | Iterable[str] | None, model_path: str, dtype: st
             raise ValueError(f"device {name!r}: use \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"")
     if not names or ("auto" in names and len(names) > 1):
         raise ValueError("devices: \"auto\" or a non-empty list of devices such as [\"cuda:0\"]")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    threads = max(1, cores // max(1, sum(n in ("auto", "cpu") for n in names)))
+    threads = max(1, usable_cores() // max(1, sum(n in ("auto", "cpu") for n in names)))
     return [WorkerSpec(model_path, name, dtype, threads, normalize) for name in names]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class EncodeProcess:
@@ -39,7 +44,7 @@ class EncodeProcess:
         self.spec = spec
         task_reader, self._task_writer = SPAWN.Pipe(duplex=False)
         self.results, result_writer = SPAWN.Pipe(duplex=False)
-        self.process = SPAWN.Process(target=encode_worker.main, args=(spec, task_reader, result_writer),
+        self.process = SPAWN.Process(target=_worker.main, args=(spec, task_reader, result_writer),
                                      name=f"ingest-encode-{slot}", daemon=True)
         self.process.start()
         task_reader.close()

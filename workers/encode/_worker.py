@@ -6,7 +6,7 @@ attention_mask, and token_type_ids when the tokenizer has them) under
 torch.inference_mode, like SentenceTransformer.encode minus its tokenization. On CUDA, the
 next batch is pinned, copied and launched while the current one computes (_Runner).
 torch is imported inside functions only: the parent imports this module for `main`.
-Protocol and fault handling: NOTE in workers/encode_protocol.py.
+Protocol and fault handling: NOTE in workers/encode/__init__.py.
 """
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from .encode_protocol import (DevicesFound, EncodeTask, TaskDone, TaskFailed, TaskStarted,
-                                     WorkerReady, WorkerSpec)
-from .messages import Failure
-from .spawn import watch_parent
+from ..failure import Failure
+from ..spawn import watch_parent
+from ._messages import (DevicesFound, EncodeTask, TaskDone, TaskFailed, TaskStarted, WorkerReady,
+                        WorkerSpec)
 
 FAULT_ENV = "INGEST_FAULT"
 

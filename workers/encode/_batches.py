@@ -2,9 +2,13 @@
 sorted by length together) and its batches (what one encode worker computes at a time)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from .encode_run import EncodeRun
+if TYPE_CHECKING:
+    from ._messages import TokenBatch
+    from ._stream import EncodeRun
 
 
 class Window:
@@ -15,6 +19,19 @@ class Window:
         self.rows: np.ndarray | None = None
         self.pending = 0
         self.tokenize_attempts = 0
+
+    def cut(self, batches: tuple[TokenBatch, ...], first_id: int, dim: int) -> list[Batch]:
+        """The window's batches, once tokenized; its rows are filled in as they come back."""
+        self.rows = np.empty((len(self.texts), dim), dtype=np.float32)
+        self.pending = len(batches)
+        return [Batch(first_id + i, self, b.positions, b.ids, b.lengths) for i, b in enumerate(batches)]
+
+    def store(self, batch: Batch, embeddings: np.ndarray) -> None:
+        """A batch's rows are back; once all are, the window goes to its run."""
+        self.rows[batch.positions] = embeddings
+        self.pending -= 1
+        if self.pending == 0:
+            self.run.window_done(self.number, self.rows)
 
 
 class Batch:

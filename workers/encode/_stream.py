@@ -4,10 +4,11 @@ A run reads its (key, texts) groups in a feeder thread, since the iterable may b
 stretches (document loaders feed it). The coordinator cuts the arrived texts into windows:
 a full window, or whatever is there once the oldest waiting text has waited STALL_S, or the
 rest when the input ends; it never waits to fill a window. Finished windows come back to
-`window_done`, a reorder buffer keyed by window number that releases them in input order;
-the caller's thread re-cuts their rows into groups. Memory stays bounded: at most
-`max_windows` windows exist between being cut and being taken by the caller, and the feeder
-blocks on a bounded inbox, so an input larger than RAM is consumed lazily.
+`window_done`, a reorder buffer (workers/reorder.py) keyed by window number that releases
+them in input order; the caller's thread re-cuts their rows into groups. Memory stays
+bounded: at most `max_windows` windows exist between being cut and being taken by the
+caller (the reorder buffer's capacity), and the feeder blocks on a bounded inbox, so an
+input larger than RAM is consumed lazily.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from collections import deque
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
+
+from ..reorder import Reorder
 
 STALL_S = 0.05
 _END = object()
@@ -42,8 +45,7 @@ class EncodeRun:
         self._input_ended = False
         self._cut = 0                        # texts cut into windows so far
         self._windows = 0
-        self._delivered = 0
-        self._done: dict[int, np.ndarray] = {}
+        self._reorder: Reorder[np.ndarray] = Reorder(max_windows)
         threading.Thread(target=self._feed, args=(groups,), name="ingest-encode-feeder", daemon=True).start()
 
     # -- feeder thread ---------------------------------------------------------------
@@ -115,14 +117,12 @@ class EncodeRun:
         return self._oldest + STALL_S if self._pending and free else None
 
     def window_done(self, number: int, rows: np.ndarray) -> None:
-        self._done[number] = rows
-        while self._delivered in self._done:
-            self._results.put(self._done.pop(self._delivered))
-            self._delivered += 1
+        for released in self._reorder.put(number, rows):
+            self._results.put(released)
 
     @property
     def finished(self) -> bool:
-        return self._input_ended and not self._pending and self._delivered == self._windows
+        return self._input_ended and not self._pending and self._reorder.next == self._windows
 
     # -- any thread ------------------------------------------------------------------
     def fail(self, error: BaseException) -> None:

@@ -1,0 +1,48 @@
+"""What the pipeline knows about one file, as frozen values that threads hand to each other.
+
+`FileRef` is the file's identity: made by the scan, completed by the sniff (format) and the
+load step (content hash) with `dataclasses.replace`. `Outcome` is its line in the report.
+`Finished` is a file that needs nothing more from the loaders: identity, outcome and the
+chunks to embed and store, in page order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ingest.chunk import PageChunks
+
+INTERRUPTED = "interrupted before it was written; rerun to ingest it"
+
+
+@dataclass(frozen=True)
+class FileRef:
+    seq: int                           # position in the scan's sorted order
+    source: str                        # path relative to the folder, with "/" separators
+    path: str
+    size: int = 0
+    mtime_ns: int = 0
+    fmt: str = ""
+    file_hash: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str                        # ingested | unchanged | skipped | failed
+    error: str | None = None
+    chunks: int = 0
+    ocr_pages: int = 0
+    warnings: tuple[str, ...] = ()
+    seconds: float = 0.0               # loading and OCR, summed over processes
+
+
+@dataclass(frozen=True)
+class Finished:
+    ref: FileRef
+    outcome: Outcome
+    pages: tuple[PageChunks, ...] = ()  # in page order; empty unless ingested
+    old_hash: str | None = None         # the manifest's hash of the version in the store
+    record: bool = False                # write a manifest entry once the rows are stored
+
+    def chunk_texts(self) -> list[tuple[int | None, str]]:
+        """(page, text) for every chunk, in page order, then chunk order."""
+        return [(p.page, text) for p in self.pages for text in p.chunks]

@@ -1,0 +1,138 @@
+"""The load step: one task per file in the loader pool of its format.
+
+In the worker (`load_file`), the file is hashed, its format's loader yields pages and the
+chunker cuts their text; pages without a usable text layer are only listed, for the OCR
+fan-out. Back in the dispatcher's thread, `Pages` gathers the file's text pages and its OCR
+pages as they return, and makes the `Finished` file once none is pending. A worker task
+returns a result or a Failure value: exceptions never cross the process boundary with a
+file's bytes in them.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import traceback
+from dataclasses import dataclass, replace
+from concurrent.futures import Future
+from importlib import import_module
+from pathlib import Path
+
+from ingest.chunk import ChunkSpec, PageChunks, split_text
+from ingest.files import FileRef, Finished, Outcome
+from ingest.loaders import LoaderError, LoaderOptions, Unsupported, loader_for, pool_for
+from ingest.workers.failure import Failure
+from ingest.workers.pool import Pools
+
+LEGACY_FORMATS = ("doc", "ppt")      # converted by LibreOffice first: their timeout adds the conversion's
+
+
+@dataclass(frozen=True)
+class LoadTask:
+    path: str
+    fmt: str
+    options: LoaderOptions
+    spec: ChunkSpec
+    known_hash: str = ""           # the manifest's hash: equal content returns early as unchanged
+
+
+@dataclass(frozen=True)
+class Loaded:
+    file_hash: str
+    pages: tuple[PageChunks, ...]
+    ocr_pages: tuple[int, ...]     # pages still to OCR
+    seconds: float
+    unchanged: bool = False
+
+
+# -- in the loader worker ------------------------------------------------------------------
+def init_loader_process(plugins: tuple[str, ...]) -> None:
+    """Pool initializer: register the built-in loaders and the plugins' in this process."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import ingest.loaders  # noqa: F401  (registers the built-in formats)
+
+    for name in plugins:
+        import_module(name)
+
+
+def file_hash(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_file(task: LoadTask) -> Loaded | Failure:
+    start = time.perf_counter()
+    try:
+        digest = file_hash(task.path)
+        if digest == task.known_hash:
+            return Loaded(digest, (), (), time.perf_counter() - start, unchanged=True)
+        pages, ocr = [], []
+        for page in loader_for(task.fmt)(Path(task.path), task.options):
+            if page.needs_ocr:
+                ocr.append(page.number)
+            else:
+                pages.append(PageChunks(page.number, tuple(split_text(page.text, task.spec)), page.title))
+        return Loaded(digest, tuple(pages), tuple(ocr), time.perf_counter() - start)
+    except Exception as exc:
+        return task_failure(f"{task.fmt} loader", exc)
+
+
+def task_failure(where: str, exc: BaseException) -> Failure:
+    """A worker-side exception as a one-line Failure (the type is named unless it is a LoaderError)."""
+    msg = " ".join(str(exc).split())[:300]
+    if not isinstance(exc, (LoaderError, Unsupported)):
+        msg = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+    return Failure(where=where, error=msg, pid=os.getpid(), traceback=traceback.format_exc(limit=8),
+                   skip=isinstance(exc, Unsupported))
+
+
+def failure_text(f: Failure) -> str:
+    """The report's line for a Failure."""
+    if f.exitcode is not None and f.pid is not None:
+        return f"{f.error} (pid {f.pid}); retried once in a fresh worker"
+    return f.error
+
+
+# -- in the dispatcher's thread ------------------------------------------------------------
+def submit(pools: Pools, ref: FileRef, options: LoaderOptions, spec: ChunkSpec, known_hash: str) -> Future:
+    """Load `ref` in the pool of its format: a Future of Loaded or Failure."""
+    extra_s = options.convert_timeout_s if ref.fmt in LEGACY_FORMATS else 0.0
+    return pools.submit(pool_for(ref.fmt), load_file, LoadTask(ref.path, ref.fmt, options, spec, known_hash), extra_s)
+
+
+class Pages:
+    """A loaded file waiting for its OCR pages; owned by the dispatcher's thread."""
+
+    def __init__(self, ref: FileRef, loaded: Loaded, old_hash: str | None, seconds: float):
+        self.ref = replace(ref, file_hash=loaded.file_hash)
+        self.old_hash = old_hash
+        self.pages = list(loaded.pages)
+        self.pending = set(loaded.ocr_pages)
+        self.ocr_pages = len(loaded.ocr_pages)
+        self.warnings: list[str] = []
+        self.seconds = seconds
+
+    def add_ocr(self, page: int, result: PageChunks | Failure, seconds: float) -> None:
+        self.seconds += seconds
+        if isinstance(result, Failure):
+            self.warnings.append(f"page {page}: OCR failed: {failure_text(result)}")
+        else:
+            self.pages.append(result)
+        self.pending.discard(page)
+
+    def finish(self) -> Finished:
+        """The file once no OCR page is pending: ingested, or failed when OCR gave nothing."""
+        pages = tuple(sorted(self.pages, key=lambda p: -1 if p.page is None else p.page))
+        chunks = sum(len(p.chunks) for p in pages)
+        warnings = tuple(self.warnings)
+        if chunks == 0 and warnings:
+            outcome = Outcome("failed", warnings[0], ocr_pages=self.ocr_pages, warnings=warnings,
+                              seconds=self.seconds)
+            return Finished(self.ref, outcome)
+        if chunks == 0:
+            warnings += ("no text found",)
+        outcome = Outcome("ingested", None, chunks, self.ocr_pages, warnings, self.seconds)
+        return Finished(self.ref, outcome, pages, self.old_hash, record=True)

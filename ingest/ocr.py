@@ -1,0 +1,52 @@
+"""The OCR fan-out: each page that needs OCR is one task in the OCR pool, so a 300-page scan
+spreads over every OCR worker and text files never wait behind scans. In the worker,
+`ocr_page` renders and recognizes the page (ingest.loaders.ocr), then chunks its text; the
+pages come back to the file's `ingest.load.Pages`, which puts them in page order.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+from ingest.chunk import ChunkSpec, PageChunks, split_text
+from ingest.load import task_failure
+from ingest.loaders import OcrOptions
+from ingest.workers.failure import Failure
+from ingest.workers.pool import Pools
+
+POOL = "ocr"
+
+
+@dataclass(frozen=True)
+class OcrTask:
+    path: str
+    page: int
+    options: OcrOptions
+    spec: ChunkSpec
+
+
+@dataclass(frozen=True)
+class OcrDone:
+    page: PageChunks
+    seconds: float
+
+
+def ocr_page(task: OcrTask) -> OcrDone | Failure:
+    """In an OCR worker: one page's text, chunked."""
+    from ingest.loaders.ocr import ocr_page as recognize
+
+    start = time.perf_counter()
+    try:
+        page = recognize(Path(task.path), task.page, task.options)
+        chunks = PageChunks(task.page, tuple(split_text(page.text, task.spec)), page.title)
+        return OcrDone(chunks, time.perf_counter() - start)
+    except Exception as exc:
+        return task_failure(f"OCR of page {task.page}", exc)
+
+
+def fan_out(pools: Pools, path: str, pages: tuple[int, ...], options: OcrOptions,
+            spec: ChunkSpec) -> list[tuple[int, Future]]:
+    """One OCR task per page: (page, Future of OcrDone or Failure)."""
+    return [(page, pools.submit(POOL, ocr_page, OcrTask(path, page, options, spec))) for page in pages]

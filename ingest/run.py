@@ -1,0 +1,321 @@
+"""`ingest run`: the dispatcher. Each file walks through the steps, one module each:
+
+    scan -> sniff -> load (loader pools; chunk in the worker) -> OCR fan-out -> reorder -> encode -> write
+
+NOTE (flow and shutdown protocol):
+- The main thread scans the folder and dispatches files, at most [run] max_files_in_flight
+  between dispatch and write. Pools return Futures whose done-callbacks post small frozen
+  events on one queue that only this thread reads; every get has a timeout, after which it
+  checks the encode thread and the writer's flush timer. Per-file load state belongs to
+  this thread alone.
+- Finished files pass a bounded Reorder keyed by file number and enter the encode feed in
+  file order; the encode pool returns groups in input order, so the writer stores rows in
+  file order, then chunk order, and posts Written. Files that fail, skip or are unchanged
+  travel the same path with no chunks, so the report and manifest see files in order too.
+- First Ctrl-C (or SIGTERM): stop intake, kill loader workers, mark files not yet finished
+  as failed "interrupted", let the writer store what the encoder already has, write the
+  report, exit 130. A second Ctrl-C exits at once (workers follow via their watchdogs).
+"""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import json
+from dataclasses import dataclass, replace
+from importlib import import_module
+from pathlib import Path
+from typing import Any, Union
+
+from ingest import load, ocr
+from ingest.config import FORMAT_POOLS, loader_options, ocr_options
+from ingest.encode import EncodeStage
+from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
+from ingest.chunk import ChunkSpec
+from ingest.manifest import Manifest, manifest_path
+from ingest.model_ref import resolve_model
+from ingest.progress import Progress
+from ingest.report import build_report, default_report_path, summary, write_report
+from ingest.scan import scan
+from ingest.sniff import sniff
+from ingest.store import Store, StoreError
+from ingest.workers.failure import Failure
+from ingest.workers.pool import Pools
+from ingest.workers.reorder import Reorder
+from ingest.write import Writer
+
+
+class RunError(RuntimeError):
+    """The run cannot go on (encoder failed); the message is one line."""
+
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+# -- events on the dispatcher's queue ------------------------------------------------------
+@dataclass(frozen=True)
+class LoadDone:
+    seq: int
+    result: load.Loaded | Failure
+
+
+@dataclass(frozen=True)
+class OcrPageDone:
+    seq: int
+    page: int
+    result: ocr.OcrDone | Failure
+
+
+@dataclass(frozen=True)
+class Written:
+    file: Finished
+
+
+@dataclass(frozen=True)
+class EncodeFailed:
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+Event = Union[LoadDone, OcrPageDone, Written, EncodeFailed, Stop]
+
+
+@dataclass(frozen=True)
+class _Dispatched:
+    """A file in its loader pool."""
+    ref: FileRef
+    old_hash: str | None
+
+
+class Run:
+    def __init__(self, cfg: dict[str, Any], root: Path, *, quiet: bool = False, prune: bool = False,
+                 reembed: bool = False, report_path: Path | None = None):
+        self.cfg, self.root = cfg, root.resolve()
+        self.quiet, self.prune, self.reembed = quiet, prune, reembed
+        self.report_path = report_path or default_report_path(cfg["store"]["uri"])
+        self.events: queue.Queue[Event] = queue.Queue()
+        self.stopping = threading.Event()
+        self._pending: dict[int, _Dispatched | load.Pages] = {}     # dispatched, not yet finished
+        self._reorder: Reorder[Finished] = Reorder(max(1, cfg["run"]["max_files_in_flight"]))
+        self._total = 0
+
+    def execute(self) -> int:
+        started = time.perf_counter()
+        cfg = self.cfg
+        self._open()
+        self.loader_options, self.ocr_options = loader_options(cfg), ocr_options(cfg)
+        plugins = tuple(cfg["loaders"]["plugins"])
+        for name in plugins:
+            import_module(name)
+        self.pools = Pools({p: cfg["loaders"][p]["workers"] for p in FORMAT_POOLS},
+                           {p: cfg["loaders"][p]["timeout_s"] for p in FORMAT_POOLS},
+                           load.init_loader_process, (plugins,))
+        files = list(scan(self.root, cfg["run"]["follow_symlinks"]))
+        self.progress = Progress(len(files), self.quiet)
+        self.writer = Writer(self.store, self.manifest, self.model.name, self.settings, cfg["store"]["batch_size"],
+                             max(1, cfg["run"]["max_files_in_flight"] // 2), lambda f: self.events.put(Written(f)))
+        self.stage = EncodeStage(self.model, cfg["model"], self.writer, lambda e: self.events.put(EncodeFailed(e)),
+                                 self.stopping)
+        thread = threading.Thread(target=self.stage.run, name="ingest-encode", daemon=True)
+        thread.start()
+        old_int, old_term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        in_main = threading.current_thread() is threading.main_thread()
+        if in_main:
+            signal.signal(signal.SIGINT, self._on_signal)
+            signal.signal(signal.SIGTERM, self._on_signal)
+        try:
+            written = self._loop(files, thread)
+        finally:
+            if in_main:
+                signal.signal(signal.SIGINT, old_int)
+                signal.signal(signal.SIGTERM, old_term)
+            self.pools.stop()
+            self.stage.close()
+            self.progress.close()
+        pruned = self._prune({ref.source for ref, _ in files}) if not self.stopping.is_set() else 0
+        report = build_report(written, time.perf_counter() - started, self._rates(written),
+                              {"not_started": len(files) - len(written), "pruned": pruned,
+                               "interrupted": self.stopping.is_set(), "store": self.store.uri,
+                               "collection": self.store.collection, "model": self.model.name})
+        write_report(report, self.report_path)
+        self.store.close()
+        self.manifest.close()
+        if not self.quiet:
+            print(summary(report), file=sys.stderr)
+            print(f"report: {self.report_path}", file=sys.stderr)
+        if self.stopping.is_set():
+            return EXIT_INTERRUPTED
+        return EXIT_FAILED if any(f.outcome.status == "failed" for f in written) else EXIT_OK
+
+    def _open(self) -> None:
+        """Resolve the model, lock the store, and refuse a collection built with other settings."""
+        cfg = self.cfg
+        self.model = resolve_model(cfg["model"]["name"])
+        ch = cfg["chunking"]
+        self.spec = ChunkSpec(self.model.tokenizer_file, self.model.max_seq_length,
+                              ch["chunk_tokens"], ch["overlap_tokens"])
+        self.settings = json.dumps({"model": self.model.name, "chunk_tokens": ch["chunk_tokens"],
+                                    "overlap_tokens": ch["overlap_tokens"],
+                                    "max_seq_length": self.model.max_seq_length}, sort_keys=True)
+        self.store = Store(cfg["store"]["uri"], cfg["store"]["collection"])
+        self.store.lock()
+        self.manifest = Manifest(manifest_path(cfg["store"]["uri"], cfg["store"]["collection"]))
+        recorded_settings = self.manifest.get_meta("settings")
+        recorded_model = self.store.recorded_model()
+        if self.reembed:
+            self.store.drop()
+            self.manifest.clear()
+        elif recorded_model and recorded_model[0] != self.model.name:
+            raise StoreError(f"collection {self.store.collection!r} holds {recorded_model[0]} vectors, not "
+                             f"{self.model.name}; rerun with --reembed to re-embed everything, or use another --collection")
+        elif recorded_settings and recorded_settings != self.settings:
+            raise StoreError(f"model or chunking settings changed since the last run ({recorded_settings} -> "
+                             f"{self.settings}); rerun with --reembed to re-embed everything")
+        self.manifest.set_meta("settings", self.settings)
+        self.known = self.manifest.all()
+
+    def _loop(self, files: list[tuple[FileRef, Outcome | None]], encode_thread: threading.Thread) -> list[Finished]:
+        window = self.cfg["run"]["max_files_in_flight"]
+        todo = iter(files)
+        self._total = len(files)
+        if not files:
+            self.stage.feed.put(None)
+        written: list[Finished] = []
+        in_flight, exhausted = 0, False
+        while True:
+            while not exhausted and not self.stopping.is_set() and in_flight < window:
+                item = next(todo, None)
+                if item is None:
+                    exhausted = True
+                    break
+                in_flight += 1
+                self._dispatch(*item)
+            if in_flight == 0 and (exhausted or self.stopping.is_set()):
+                break
+            try:
+                event = self.events.get(timeout=0.5)
+            except queue.Empty:
+                if not encode_thread.is_alive():
+                    raise RuntimeError("the encode thread stopped unexpectedly")
+                self.writer.flush_if_due()
+                continue
+            if isinstance(event, Written):
+                in_flight -= 1
+                written.append(event.file)
+                self.progress.written(event.file.outcome.chunks if event.file.outcome.status == "ingested" else 0)
+            elif isinstance(event, EncodeFailed):
+                self._raise(event.error)
+            elif isinstance(event, Stop):
+                self._interrupt()
+            elif isinstance(event, LoadDone):
+                self._loaded(event)
+            else:
+                self._ocr_page_done(event)
+        encode_thread.join(timeout=30)
+        return written
+
+    # -- per-file steps ---------------------------------------------------------------
+    def _dispatch(self, ref: FileRef, problem: Outcome | None) -> None:
+        entry = self.known.get(ref.source)
+        verdict = Finished(ref, problem) if problem else sniff(ref, entry, self.settings,
+                                                               self.cfg["limits"]["max_file_mb"])
+        if isinstance(verdict, Finished):
+            return self._complete(verdict)
+        same_settings = entry is not None and entry.settings == self.settings and entry.status == "ingested"
+        self._pending[ref.seq] = _Dispatched(verdict, entry.file_hash if entry else None)
+        self.stage.start_pool()
+        future = load.submit(self.pools, verdict, self.loader_options, self.spec,
+                             entry.file_hash if same_settings else "")
+        future.add_done_callback(lambda f: self.events.put(LoadDone(ref.seq, f.result())))
+
+    def _loaded(self, event: LoadDone) -> None:
+        dispatched = self._pending.get(event.seq)
+        if not isinstance(dispatched, _Dispatched):          # interrupted meanwhile
+            return
+        ref, result = dispatched.ref, event.result
+        if isinstance(result, Failure):
+            status = "skipped" if result.skip else "failed"
+            return self._complete(Finished(ref, Outcome(status, load.failure_text(result))))
+        if result.unchanged:
+            outcome = Outcome("unchanged", chunks=self.known[ref.source].chunks, seconds=result.seconds)
+            return self._complete(Finished(replace(ref, file_hash=result.file_hash), outcome, record=True))
+        pages = self._pending[event.seq] = load.Pages(ref, result, dispatched.old_hash, result.seconds)
+        for page, future in ocr.fan_out(self.pools, ref.path, result.ocr_pages, self.ocr_options, self.spec):
+            future.add_done_callback(lambda f, p=page: self.events.put(OcrPageDone(event.seq, p, f.result())))
+        if not pages.pending:
+            self._complete(pages.finish())
+
+    def _ocr_page_done(self, event: OcrPageDone) -> None:
+        pages = self._pending.get(event.seq)
+        if not isinstance(pages, load.Pages):
+            return
+        result = event.result
+        pages.add_ocr(event.page, result if isinstance(result, Failure) else result.page,
+                      getattr(result, "seconds", 0.0))
+        if not pages.pending:
+            self._complete(pages.finish())
+
+    def _complete(self, file: Finished) -> None:
+        """Hand a finished file to the reorder buffer; feed the encoder every file that is next in order."""
+        self._pending.pop(file.ref.seq, None)
+        for ready in self._reorder.put(file.ref.seq, file):
+            self.stage.feed.put(ready)
+        if self._reorder.next == self._total:
+            self.stage.feed.put(None)                  # end of input for the encoder
+
+    # -- stopping ---------------------------------------------------------------------
+    def _on_signal(self, signum, frame) -> None:
+        if self.stopping.is_set():
+            os._exit(EXIT_INTERRUPTED)
+        self.stopping.set()
+        self.events.put(Stop())
+
+    def _interrupt(self) -> None:
+        if not self.quiet:
+            print("\ninterrupted: writing what is already encoded (Ctrl-C again to quit at once)", file=sys.stderr)
+        self.pools.stop()
+        for seq in sorted(self._pending):
+            state = self._pending[seq]
+            seconds = state.seconds if isinstance(state, load.Pages) else 0.0
+            self._complete(Finished(state.ref, Outcome("failed", INTERRUPTED, seconds=seconds)))
+        self.stage.feed.put(None)
+
+    def _raise(self, exc: BaseException) -> None:
+        if isinstance(exc, StoreError):
+            raise exc
+        raise RunError(f"encoding stopped the run: {' '.join(str(exc).split())[:300]}; "
+                       "see the message for the chunk or file") from exc
+
+    # -- end of run -------------------------------------------------------------------
+    def _prune(self, present: set[str]) -> int:
+        gone = [s for s in self.known if s not in present]
+        if gone and self.prune:
+            for source in gone:
+                self.store.delete_source(source)
+            self.store.flush()
+            self.manifest.remove(gone)
+        elif gone and not self.quiet:
+            print(f"{len(gone)} file(s) in the store no longer exist in the folder; --prune removes them",
+                  file=sys.stderr)
+        return len(gone) if self.prune else 0
+
+    def _rates(self, files: list[Finished]) -> dict[str, float]:
+        ingested = [f.outcome for f in files if f.outcome.status == "ingested"]
+        chunks, load_s = sum(o.chunks for o in ingested), sum(o.seconds for o in ingested)
+        rates = {}
+        if chunks and load_s:
+            rates["load"] = chunks / load_s
+        for stage in ("tokenize", "encode"):
+            secs = self.stage.stats.get(f"{stage}_s")
+            if chunks and secs:
+                rates[stage] = chunks / secs
+        if chunks and self.writer.seconds:
+            rates["write"] = self.writer.rows_written / self.writer.seconds
+        return rates

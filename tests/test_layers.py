@@ -1,0 +1,42 @@
+"""The layering holds by imports: loaders/ knows formats only, workers/ execution only."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FORBIDDEN = {"loaders": {"ingest", "workers"}, "workers": {"ingest", "loaders"}}
+
+
+def absolute_imports(path: Path) -> set[str]:
+    """Top-level names of every absolute import in a module, at any depth (inside functions too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_layer_imports_only_itself(layer: str) -> None:
+    bad = {str(p.relative_to(ROOT)): sorted(absolute_imports(p) & FORBIDDEN[layer])
+           for p in (ROOT / layer).rglob("*.py")}
+    assert not {k: v for k, v in bad.items() if v}
+
+
+def test_no_module_over_400_lines() -> None:
+    long = {str(p.relative_to(ROOT)): n for layer in ("ingest", "loaders", "workers")
+            for p in (ROOT / layer).rglob("*.py") if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400}
+    assert not long
+
+
+def test_api_and_encode_pool_import_without_torch() -> None:
+    code = "import sys, ingest.api, ingest.workers.encode; assert 'torch' not in sys.modules, 'torch imported'"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

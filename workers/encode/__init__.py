@@ -1,0 +1,132 @@
+"""The encode pool: one encode worker process per device, a pebble pool of tokenizer
+processes, and a coordinator thread in the parent that feeds them, handles their faults and
+streams results back in input order. Callers use EncodeEngine; the modules behind it:
+_coordinator (the thread), _process and _worker (an encode worker's two sides), _tokenize
+(tokenizer processes), _stream (one call's run), _batches (windows and batches), _messages.
+
+NOTE (threads in the parent): the coordinator thread owns every worker handle, window and
+batch. Other threads reach it only through thread-safe queues (its event queue, each run's
+inbox) and wake it through a self-pipe; it sleeps in multiprocessing.connection.wait on the
+workers' result pipes, their sentinels and that pipe, never longer than the nearest
+deadline. Each run reads its input in a feeder thread; the caller's thread takes its results.
+
+NOTE (devices): the parent never imports torch. "auto" starts one worker with device "auto";
+it imports torch, reports how many CUDA devices it sees (DevicesFound) before loading the
+model and takes cuda:0 (or the CPU, with all cores); the coordinator then starts one worker
+for each further CUDA device.
+
+NOTE (protocol and faults)
+  Channels, per encode worker: parent -> worker is a Pipe fed by a parent-side sender
+  thread (EncodeTask, or None to stop), so the coordinator never blocks on a full pipe;
+  worker -> parent is a second Pipe (DevicesFound, WorkerReady, TaskStarted, TaskDone,
+  TaskFailed, or a Failure when start-up fails). The parent holds no copy of the child's
+  ends, so a dead worker reads as EOF/EPIPE, and the coordinator also waits on each
+  worker's sentinel: no blocking call anywhere waits without a timeout or a liveness check.
+  Time limits: a worker must send WorkerReady within START_TIMEOUT_S. A batch's timeout_s
+  counts from the worker's TaskStarted (sent right before the batch is launched), not from
+  when it was queued: a busy worker must send some message (TaskStarted, TaskDone,
+  TaskFailed) every timeout_s, else it counts as hung.
+  Faults: a worker that dies (any exit code or signal) or hangs is killed and replaced on
+  the same device. Batches it held but had not started are requeued first in line,
+  unchanged. The started ones (one on the CPU; on CUDA up to two run at once, and both are
+  blamed) failed: a multi-chunk batch is retried whole once, then split in halves (halves
+  split again on their next failure); a single chunk gets max_attempts attempts, then its
+  run fails with EncodeError naming the chunk. An exception in the model is deterministic
+  (no retry): the worker survives and reports TaskFailed with its traceback, the batch is
+  split down to the single chunk that raises, and that fails the run (splitting also gets
+  past CUDA out-of-memory; any other CUDA error makes the worker exit to be replaced).
+  Tokenizer tasks (pebble: per-task timeout, dead processes replaced; a pebble pool broken
+  by an idle process's death is replaced whole) get max_attempts too. A worker that cannot
+  start (an exception, or max_attempts deaths before WorkerReady) breaks the pool: every
+  run and every later call raise EncodeError. The caller's own input errors (its iterable
+  raising, a text that is not a str) end the run with that exception.
+  Every failure reaches the caller as a value (a Failure, then an EncodeError put on the
+  run's result queue), never as an exception crossing a thread or process.
+"""
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from ._coordinator import Coordinator
+from ._messages import EncodeError, WorkerSpec
+from ._process import plan_devices
+from ._stream import EncodeRun
+
+__all__ = ["EncodeEngine", "EncodeError", "WorkerSpec", "plan_devices"]
+
+WINDOW_BATCHES = 8               # batches per window: the span sorted by length
+
+
+class EncodeEngine:
+    """The encode pool as its callers see it; every method runs in the caller's thread. Starts
+    the workers at once; close() (also run at interpreter exit) stops every process."""
+
+    def __init__(self, specs: list[WorkerSpec], tokenizer_file: str, *, batch_size: int, tokenizer_workers: int,
+                 timeout_s: float, max_attempts: int):
+        self._window_size = batch_size * WINDOW_BATCHES
+        self._max_windows = 2 + 2 * (tokenizer_workers + len(specs))
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._coordinator = Coordinator(specs, tokenizer_file, batch_size=batch_size,
+                                        tokenizer_workers=tokenizer_workers, timeout_s=timeout_s,
+                                        max_attempts=max_attempts)
+        atexit.register(self.close)
+
+    def encode_groups(self, groups: Iterable[tuple[Any, Any]], on_rows=None) -> Iterator[tuple[Any, np.ndarray]]:
+        dim = self.dim
+        run = EncodeRun(groups, self._window_size, self._max_windows, self._coordinator.wake)
+        self._coordinator.submit(run)
+        yield from run.results(dim, self._check_alive, on_rows)
+
+    @property
+    def dim(self) -> int:
+        self._wait(self._coordinator.first_ready)
+        return self._coordinator.dim
+
+    def wait_ready(self) -> None:
+        """Block until every current worker (replacements included) has started; raises
+        EncodeError if one cannot."""
+        self._wait(self._coordinator.all_ready)
+        while not all(w.ready for w in self._coordinator.workers):
+            self._check_alive()
+            time.sleep(0.05)
+
+    @property
+    def startup_seconds(self) -> list[float]:
+        self.wait_ready()
+        return [w.startup_seconds for w in self._coordinator.workers]
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [w.process.pid for w in self._coordinator.workers]
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """chunks and batches done, seconds tokenizing and encoding (summed over processes),
+        retries, splits, worker and tokenizer-pool restarts."""
+        return self._coordinator.stats()
+
+    def _wait(self, event: threading.Event) -> None:
+        while not event.wait(0.25):
+            self._check_alive()
+        self._check_alive()
+
+    def _check_alive(self) -> None:
+        if self._coordinator.broken is not None:
+            raise self._coordinator.broken
+        if self._closed or not self._coordinator.is_alive():
+            raise EncodeError("encode pool is closed")
+
+    def close(self) -> None:
+        """Stop the workers (finishing batches already sent, up to a few seconds) and the tokenizers."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self.close)
+        self._coordinator.shutdown()

@@ -1,0 +1,90 @@
+"""The messages between the encode pool's processes, and the one error its callers catch."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..failure import Failure
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class EncodeError(RuntimeError):
+    """Encoding failed. The message is one line: the chunk (index and a prefix of its text)
+    and what happened; `failure` holds the details, `traceback` the worker's traceback."""
+
+    def __init__(self, message: str, failure: Failure | None = None, chunk_index: int | None = None):
+        super().__init__(message)
+        self.failure = failure
+        self.chunk_index = chunk_index
+        if failure is not None and failure.traceback:
+            self.add_note("worker traceback:\n" + failure.traceback.rstrip())
+
+    @property
+    def traceback(self) -> str | None:
+        return self.failure.traceback if self.failure else None
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """How to start one encode worker."""
+    model_path: str
+    device: str                 # "auto" (first worker only), "cpu", "cuda:N"
+    dtype: str | None           # None: float16 on CUDA, float32 on CPU
+    threads: int                # torch threads on CPU
+    normalize: bool
+
+
+@dataclass(frozen=True, eq=False)
+class TokenBatch:
+    """Rows of one window, sorted by length and padded to the longest of them."""
+    positions: np.ndarray       # int32 row positions inside the window
+    ids: np.ndarray             # int32 (rows, longest)
+    lengths: np.ndarray         # int32 (rows,)
+
+
+@dataclass(frozen=True, eq=False)
+class TokenizedWindow:
+    batches: tuple[TokenBatch, ...]
+    seconds: float
+
+
+@dataclass(frozen=True, eq=False)
+class EncodeTask:
+    batch_id: int
+    ids: np.ndarray
+    lengths: np.ndarray
+    texts: tuple[str, ...] | None   # only while the INGEST_FAULT test hook is set
+
+
+@dataclass(frozen=True)
+class DevicesFound:
+    """Sent by a worker started with device "auto", before it loads the model."""
+    cuda_devices: int
+
+
+@dataclass(frozen=True)
+class WorkerReady:
+    pid: int
+    device: str
+    dim: int
+    max_seq_length: int
+
+
+@dataclass(frozen=True)
+class TaskStarted:
+    batch_id: int
+
+
+@dataclass(frozen=True, eq=False)
+class TaskDone:
+    batch_id: int
+    embeddings: np.ndarray      # float32 (rows, dim), rows in the task's order
+    seconds: float
+
+
+@dataclass(frozen=True)
+class TaskFailed:
+    batch_id: int
+    failure: Failure

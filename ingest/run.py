@@ -18,23 +18,23 @@ NOTE (flow and shutdown protocol):
 """
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
 import sys
 import threading
 import time
-import json
 from dataclasses import dataclass, replace
 from importlib import import_module
 from pathlib import Path
 from typing import Any, Union
 
 from ingest import load, ocr
+from ingest.chunk import ChunkSpec
 from ingest.config import FORMAT_POOLS, loader_options, ocr_options
 from ingest.encode import EncodeStage
 from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
-from ingest.chunk import ChunkSpec
 from ingest.manifest import Manifest, manifest_path
 from ingest.model_ref import resolve_model
 from ingest.progress import Progress

@@ -33,7 +33,7 @@ class Writer:
                  batch_files: int, on_written: Callable[[Finished], None]):
         self.store, self.manifest = store, manifest
         self.model, self.settings, self.batch_rows = model, settings, batch_rows
-        self.batch_files = batch_files       # half the supervisor's window: files must not wait on rows
+        self.batch_files = batch_files       # half the dispatcher's window: files must not wait on rows
         self.on_written = on_written
         self.rows: list[dict] = []
         self.files: list[Finished] = []

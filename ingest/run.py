@@ -18,7 +18,6 @@ NOTE (flow and shutdown protocol):
 """
 from __future__ import annotations
 
-import json
 import os
 import queue
 import signal
@@ -31,17 +30,15 @@ from pathlib import Path
 from typing import Any, Union
 
 from ingest import load, ocr
-from ingest.chunk import ChunkSpec
+from ingest.collection import open_collection
 from ingest.config import FORMAT_POOLS, loader_options, ocr_options
 from ingest.encode import EncodeStage
 from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
-from ingest.manifest import Manifest, manifest_path
-from ingest.model_ref import resolve_model
 from ingest.progress import Progress
 from ingest.report import build_report, default_report_path, summary, write_report
 from ingest.scan import scan
 from ingest.sniff import sniff
-from ingest.store import Store, StoreError
+from ingest.store import StoreError
 from ingest.workers.failure import Failure
 from ingest.workers.pool import Pools
 from ingest.workers.reorder import Reorder
@@ -109,7 +106,7 @@ class Run:
     def execute(self) -> int:
         started = time.perf_counter()
         cfg = self.cfg
-        self._open()
+        self.col = col = open_collection(cfg, self.reembed)
         self.loader_options, self.ocr_options = loader_options(cfg), ocr_options(cfg)
         plugins = tuple(cfg["loaders"]["plugins"])
         for name in plugins:
@@ -119,9 +116,9 @@ class Run:
                            load.init_loader_process, (plugins,))
         files = list(scan(self.root, cfg["run"]["follow_symlinks"]))
         self.progress = Progress(len(files), self.quiet)
-        self.writer = Writer(self.store, self.manifest, self.model.name, self.settings, cfg["store"]["batch_size"],
+        self.writer = Writer(col.store, col.manifest, col.model.name, col.settings, cfg["store"]["batch_size"],
                              max(1, cfg["run"]["max_files_in_flight"] // 2), lambda f: self.events.put(Written(f)))
-        self.stage = EncodeStage(self.model, cfg["model"], self.writer, lambda e: self.events.put(EncodeFailed(e)),
+        self.stage = EncodeStage(col.model, cfg["model"], self.writer, lambda e: self.events.put(EncodeFailed(e)),
                                  self.stopping)
         thread = threading.Thread(target=self.stage.run, name="ingest-encode", daemon=True)
         thread.start()
@@ -142,44 +139,16 @@ class Run:
         pruned = self._prune({ref.source for ref, _ in files}) if not self.stopping.is_set() else 0
         report = build_report(written, time.perf_counter() - started, self._rates(written),
                               {"not_started": len(files) - len(written), "pruned": pruned,
-                               "interrupted": self.stopping.is_set(), "store": self.store.uri,
-                               "collection": self.store.collection, "model": self.model.name})
+                               "interrupted": self.stopping.is_set(), "store": col.store.uri,
+                               "collection": col.store.collection, "model": col.model.name})
         write_report(report, self.report_path)
-        self.store.close()
-        self.manifest.close()
+        col.close()
         if not self.quiet:
             print(summary(report), file=sys.stderr)
             print(f"report: {self.report_path}", file=sys.stderr)
         if self.stopping.is_set():
             return EXIT_INTERRUPTED
         return EXIT_FAILED if any(f.outcome.status == "failed" for f in written) else EXIT_OK
-
-    def _open(self) -> None:
-        """Resolve the model, lock the store, and refuse a collection built with other settings."""
-        cfg = self.cfg
-        self.model = resolve_model(cfg["model"]["name"])
-        ch = cfg["chunking"]
-        self.spec = ChunkSpec(self.model.tokenizer_file, self.model.max_seq_length,
-                              ch["chunk_tokens"], ch["overlap_tokens"])
-        self.settings = json.dumps({"model": self.model.name, "chunk_tokens": ch["chunk_tokens"],
-                                    "overlap_tokens": ch["overlap_tokens"],
-                                    "max_seq_length": self.model.max_seq_length}, sort_keys=True)
-        self.store = Store(cfg["store"]["uri"], cfg["store"]["collection"])
-        self.store.lock()
-        self.manifest = Manifest(manifest_path(cfg["store"]["uri"], cfg["store"]["collection"]))
-        recorded_settings = self.manifest.get_meta("settings")
-        recorded_model = self.store.recorded_model()
-        if self.reembed:
-            self.store.drop()
-            self.manifest.clear()
-        elif recorded_model and recorded_model[0] != self.model.name:
-            raise StoreError(f"collection {self.store.collection!r} holds {recorded_model[0]} vectors, not "
-                             f"{self.model.name}; rerun with --reembed to re-embed everything, or use another --collection")
-        elif recorded_settings and recorded_settings != self.settings:
-            raise StoreError(f"model or chunking settings changed since the last run ({recorded_settings} -> "
-                             f"{self.settings}); rerun with --reembed to re-embed everything")
-        self.manifest.set_meta("settings", self.settings)
-        self.known = self.manifest.all()
 
     def _loop(self, files: list[tuple[FileRef, Outcome | None]], encode_thread: threading.Thread) -> list[Finished]:
         window = self.cfg["run"]["max_files_in_flight"]
@@ -223,15 +192,15 @@ class Run:
 
     # -- per-file steps ---------------------------------------------------------------
     def _dispatch(self, ref: FileRef, problem: Outcome | None) -> None:
-        entry = self.known.get(ref.source)
-        verdict = Finished(ref, problem) if problem else sniff(ref, entry, self.settings,
+        entry, settings = self.col.known.get(ref.source), self.col.settings
+        verdict = Finished(ref, problem) if problem else sniff(ref, entry, settings,
                                                                self.cfg["limits"]["max_file_mb"])
         if isinstance(verdict, Finished):
             return self._complete(verdict)
-        same_settings = entry is not None and entry.settings == self.settings and entry.status == "ingested"
+        same_settings = entry is not None and entry.settings == settings and entry.status == "ingested"
         self._pending[ref.seq] = _Dispatched(verdict, entry.file_hash if entry else None)
         self.stage.start_pool()
-        future = load.submit(self.pools, verdict, self.loader_options, self.spec,
+        future = load.submit(self.pools, verdict, self.loader_options, self.col.spec,
                              entry.file_hash if same_settings else "")
         future.add_done_callback(lambda f: self.events.put(LoadDone(ref.seq, f.result())))
 
@@ -244,10 +213,10 @@ class Run:
             status = "skipped" if result.skip else "failed"
             return self._complete(Finished(ref, Outcome(status, load.failure_text(result))))
         if result.unchanged:
-            outcome = Outcome("unchanged", chunks=self.known[ref.source].chunks, seconds=result.seconds)
+            outcome = Outcome("unchanged", chunks=self.col.known[ref.source].chunks, seconds=result.seconds)
             return self._complete(Finished(replace(ref, file_hash=result.file_hash), outcome, record=True))
         pages = self._pending[event.seq] = load.Pages(ref, result, dispatched.old_hash, result.seconds)
-        for page, future in ocr.fan_out(self.pools, ref.path, result.ocr_pages, self.ocr_options, self.spec):
+        for page, future in ocr.fan_out(self.pools, ref.path, result.ocr_pages, self.ocr_options, self.col.spec):
             future.add_done_callback(lambda f, p=page: self.events.put(OcrPageDone(event.seq, p, f.result())))
         if not pages.pending:
             self._complete(pages.finish())
@@ -295,16 +264,13 @@ class Run:
 
     # -- end of run -------------------------------------------------------------------
     def _prune(self, present: set[str]) -> int:
-        gone = [s for s in self.known if s not in present]
-        if gone and self.prune:
-            for source in gone:
-                self.store.delete_source(source)
-            self.store.flush()
-            self.manifest.remove(gone)
-        elif gone and not self.quiet:
+        if self.prune:
+            return len(self.col.prune(present))
+        gone = self.col.gone(present)
+        if gone and not self.quiet:
             print(f"{len(gone)} file(s) in the store no longer exist in the folder; --prune removes them",
                   file=sys.stderr)
-        return len(gone) if self.prune else 0
+        return 0
 
     def _rates(self, files: list[Finished]) -> dict[str, float]:
         ingested = [f.outcome for f in files if f.outcome.status == "ingested"]

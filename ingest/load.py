@@ -106,14 +106,14 @@ def submit(pools: Pools, ref: FileRef, options: LoaderOptions, spec: ChunkSpec, 
 class Pages:
     """A loaded file waiting for its OCR pages; owned by the dispatcher's thread."""
 
-    def __init__(self, ref: FileRef, loaded: Loaded, old_hash: str | None, seconds: float):
+    def __init__(self, ref: FileRef, loaded: Loaded, old_hash: str | None):
         self.ref = replace(ref, file_hash=loaded.file_hash)
         self.old_hash = old_hash
         self.pages = list(loaded.pages)
         self.pending = set(loaded.ocr_pages)
         self.ocr_pages = len(loaded.ocr_pages)
         self.warnings: list[str] = []
-        self.seconds = seconds
+        self.seconds = loaded.seconds
 
     def add_ocr(self, page: int, result: PageChunks | Failure, seconds: float) -> None:
         self.seconds += seconds

@@ -215,7 +215,7 @@ class Run:
         if result.unchanged:
             outcome = Outcome("unchanged", chunks=self.col.known[ref.source].chunks, seconds=result.seconds)
             return self._complete(Finished(replace(ref, file_hash=result.file_hash), outcome, record=True))
-        pages = self._pending[event.seq] = load.Pages(ref, result, dispatched.old_hash, result.seconds)
+        pages = self._pending[event.seq] = load.Pages(ref, result, dispatched.old_hash)
         for page, future in ocr.fan_out(self.pools, ref.path, result.ocr_pages, self.ocr_options, self.col.spec):
             future.add_done_callback(lambda f, p=page: self.events.put(OcrPageDone(event.seq, p, f.result())))
         if not pages.pending:

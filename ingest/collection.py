@@ -51,7 +51,7 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
     settings = json.dumps({"model": model.name, "chunk_tokens": ch["chunk_tokens"],
                            "overlap_tokens": ch["overlap_tokens"], "max_seq_length": model.max_seq_length},
                           sort_keys=True)
-    store = Store(cfg["store"]["uri"], cfg["store"]["collection"])
+    store = Store(cfg["store"]["uri"], cfg["store"]["collection"], cfg["store"]["timeout_s"])
     store.lock()
     manifest = Manifest(manifest_path(cfg["store"]["uri"], cfg["store"]["collection"]))
     recorded_settings = manifest.get_meta("settings")

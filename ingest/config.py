@@ -20,9 +20,10 @@ DEFAULTS: dict[str, Any] = {
     "model": {"name": "default", "devices": "auto", "dtype": "auto", "batch_size": 64,
               "tokenizer_workers": 1, "timeout_s": 300.0, "max_attempts": 3},
     "chunking": {"chunk_tokens": 200, "overlap_tokens": 30},
-    "store": {"uri": "./ingest.db", "collection": "documents", "batch_size": 512},
-    "run": {"max_files_in_flight": 32, "follow_symlinks": True, "report": ""},
-    "limits": {"max_file_mb": 512.0, "max_unzipped_mb": 512.0, "max_text_mb": 64.0},
+    "store": {"uri": "./ingest.db", "collection": "documents", "batch_size": 512, "timeout_s": 60.0},
+    "run": {"max_files_in_flight": 32, "follow_symlinks": "inside", "report": ""},
+    "limits": {"max_file_mb": 512.0, "max_unzipped_mb": 512.0, "max_text_mb": 64.0, "worker_memory_mb": 4096,
+               "max_image_mp": 200.0},
     "loaders": {
         "plugins": [],
         "txt": {"workers": 1, "timeout_s": 60.0},
@@ -39,7 +40,9 @@ CHOICES = {
     "model.dtype": ("auto", "float32", "float16", "bfloat16"),
     "loaders.pdf.ocr": ("auto", "always", "never"),
     "loaders.ocr.backend": ("rapidocr", "paddleocr"),
+    "run.follow_symlinks": ("inside", "all", "none"),
 }
+ZERO_OK = ("chunking.overlap_tokens", "limits.worker_memory_mb")   # integers where 0 is allowed (0 = off)
 
 
 class ConfigError(ValueError):
@@ -55,8 +58,8 @@ def _check(key: str, default: Any, value: Any) -> Any:
         value = float(value) if ok else value
         kind = "a positive number"
     elif isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= (0 if "overlap" in key else 1)
-        kind = "a positive integer"
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= (0 if key in ZERO_OK else 1)
+        kind = "a non-negative integer" if key in ZERO_OK else "a positive integer"
     elif isinstance(default, list):
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         kind = "a list of strings"
@@ -123,7 +126,8 @@ def loader_options(cfg: dict[str, Any]) -> LoaderOptions:
     pdf = cfg["loaders"]["pdf"]
     return LoaderOptions(max_text_mb=cfg["limits"]["max_text_mb"], max_unzipped_mb=cfg["limits"]["max_unzipped_mb"],
                          pdf_ocr=pdf["ocr"], passwords=tuple(pdf["passwords"]),
-                         convert_timeout_s=cfg["loaders"]["legacy"]["convert_timeout_s"])
+                         convert_timeout_s=cfg["loaders"]["legacy"]["convert_timeout_s"],
+                         max_image_mp=cfg["limits"]["max_image_mp"])
 
 
 def ocr_options(cfg: dict[str, Any]) -> OcrOptions:
@@ -131,4 +135,4 @@ def ocr_options(cfg: dict[str, Any]) -> OcrOptions:
     ocr = cfg["loaders"]["ocr"]
     return OcrOptions(dpi=ocr["dpi"], backend=ocr["backend"], paddle_model_dir=ocr["paddle_model_dir"],
                       threads=max(1, (os.cpu_count() or 1) // ocr["workers"]),
-                      passwords=tuple(cfg["loaders"]["pdf"]["passwords"]))
+                      passwords=tuple(cfg["loaders"]["pdf"]["passwords"]), max_image_mp=cfg["limits"]["max_image_mp"])

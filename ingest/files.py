@@ -23,6 +23,7 @@ class FileRef:
     mtime_ns: int = 0
     fmt: str = ""
     file_hash: str = ""
+    warnings: tuple[str, ...] = ()     # noted by the sniff (a misleading extension), reported with the file
 
 
 @dataclass(frozen=True)

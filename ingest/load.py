@@ -22,6 +22,7 @@ from ingest.chunk import ChunkSpec, PageChunks, split_text
 from ingest.files import FileRef, Finished, Outcome
 from ingest.loaders import LoaderError, LoaderOptions, Unsupported, loader_for, pool_for
 from ingest.workers.failure import Failure
+from ingest.workers.limits import limit_memory
 from ingest.workers.pool import Pools
 
 LEGACY_FORMATS = ("doc", "ppt")      # converted by LibreOffice first: their timeout adds the conversion's
@@ -46,9 +47,10 @@ class Loaded:
 
 
 # -- in the loader worker ------------------------------------------------------------------
-def init_loader_process(plugins: tuple[str, ...]) -> None:
-    """Pool initializer: register the built-in loaders and the plugins' in this process."""
+def init_loader_process(plugins: tuple[str, ...], memory_mb: int) -> None:
+    """Pool initializer: cap the worker's memory, register the built-in loaders and the plugins'."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    limit_memory(memory_mb)
     import ingest.loaders  # noqa: F401  (registers the built-in formats)
 
     for name in plugins:
@@ -112,7 +114,7 @@ class Pages:
         self.pages = list(loaded.pages)
         self.pending = set(loaded.ocr_pages)
         self.ocr_pages = len(loaded.ocr_pages)
-        self.warnings: list[str] = []
+        self.warnings: list[str] = list(ref.warnings)
         self.seconds = loaded.seconds
 
     def add_ocr(self, page: int, result: PageChunks | Failure, seconds: float) -> None:

@@ -113,7 +113,7 @@ class Run:
             import_module(name)
         self.pools = Pools({p: cfg["loaders"][p]["workers"] for p in FORMAT_POOLS},
                            {p: cfg["loaders"][p]["timeout_s"] for p in FORMAT_POOLS},
-                           load.init_loader_process, (plugins,))
+                           load.init_loader_process, (plugins, cfg["limits"]["worker_memory_mb"]))
         files = list(scan(self.root, cfg["run"]["follow_symlinks"]))
         self.progress = Progress(len(files), self.quiet)
         self.writer = Writer(col.store, col.manifest, col.model.name, col.settings, cfg["store"]["batch_size"],

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 PROPS_MODEL, PROPS_DIM = "ingest.model", "ingest.dim"
-TEXT_MAX = 65535
+TEXT_MAX = 65535          # bytes of UTF-8 in a chunk's text
+SOURCE_MAX = 4096         # bytes of UTF-8 in a file's source path
+FORMAT_MAX = 16           # bytes in a format name
 
 
 class StoreError(RuntimeError):
@@ -32,9 +34,10 @@ def quote(value: str) -> str:
 
 
 class Store:
-    def __init__(self, uri: str, collection: str):
+    def __init__(self, uri: str, collection: str, timeout_s: float = 60.0):
         self.uri = uri
         self.collection = collection
+        self.timeout_s = timeout_s              # every call on the client passes timeout=timeout_s
         self._client = None
         self._pid: int | None = None
         self._lock_file = None
@@ -116,10 +119,10 @@ class Store:
         schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
         schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
         schema.add_field("text", DataType.VARCHAR, max_length=TEXT_MAX)
-        schema.add_field("source", DataType.VARCHAR, max_length=4096)
+        schema.add_field("source", DataType.VARCHAR, max_length=SOURCE_MAX)
         schema.add_field("page", DataType.INT64)          # 0 when the format has no pages
         schema.add_field("chunk", DataType.INT64)
-        schema.add_field("format", DataType.VARCHAR, max_length=16)
+        schema.add_field("format", DataType.VARCHAR, max_length=FORMAT_MAX)
         schema.add_field("file_hash", DataType.VARCHAR, max_length=64)
         index = self.client.prepare_index_params()
         index.add_index("vector", index_type="AUTOINDEX", metric_type="COSINE")

@@ -23,6 +23,7 @@ class LoaderOptions:
     pdf_ocr: str                       # [loaders.pdf] ocr: "auto" | "always" | "never"
     passwords: tuple[str, ...]         # [loaders.pdf] passwords
     convert_timeout_s: float           # [loaders.legacy] convert_timeout_s
+    max_image_mp: float                # [limits] max_image_mp: refuse images with more megapixels
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class OcrOptions:
     paddle_model_dir: str
     threads: int                       # ONNX Runtime threads per OCR process
     passwords: tuple[str, ...]         # to reopen encrypted scanned PDFs
+    max_image_mp: float                # [limits] max_image_mp: renders are scaled down to stay under it
 
 
 Loader = Callable[[Path, LoaderOptions], Iterator["Page"]]

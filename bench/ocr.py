@@ -2,11 +2,13 @@
 
     python bench/ocr.py --pages 8 --workers 1 2
 
-Runs the real loader pools (pebble, spawn) with the real loaders and RapidOCR:
+Runs the real loader pools (pebble, spawn) with the real loaders and RapidOCR, each OCR
+process with the threads `ingest run` gives it (cores / [loaders.ocr] workers):
 1. OCR pages/s for each worker count (engines warmed up first, one page per worker).
-2. A mixed folder (text PDFs + scanned pages) with the same 2 processes arranged two ways:
-   OCR in its own pool beside the PDF-text pool, or one shared pool doing both in file order.
-   The figure that matters is when the text PDFs are done: behind scans, or not.
+2. A mixed folder (scanned pages and text PDFs alternating by name, as a real folder would)
+   with the same 2 processes arranged two ways: OCR in its own pool beside the PDF-text pool,
+   or one shared pool doing both in file order. The figure that matters is when the text PDFs
+   are done: behind scans, or not.
 """
 from __future__ import annotations
 
@@ -25,9 +27,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from docs import make_pdf, make_scanned_pdf  # noqa: E402
 from ingest.chunk import ChunkSpec  # noqa: E402
-from ingest.config import DEFAULTS, load_config, loader_options, ocr_options  # noqa: E402
+from ingest.config import load_config, loader_options, ocr_options  # noqa: E402
 from ingest.load import LoadTask, init_loader_process, load_file  # noqa: E402
-from ingest.loaders import LoaderOptions, OcrOptions  # noqa: E402
+from ingest.loaders import OcrOptions  # noqa: E402
 from ingest.model_ref import resolve_model  # noqa: E402
 from ingest.ocr import OcrTask, ocr_page  # noqa: E402
 from ingest.workers.failure import Failure  # noqa: E402
@@ -61,22 +63,26 @@ class Runner:
         self.all_done.wait(timeout=3600)
 
 
-def options(pool: str) -> LoaderOptions | OcrOptions:
-    """The options the supervisor gives pool `pool` under the default config."""
-    cfg = load_config()
-    return ocr_options(cfg) if pool == "ocr" else loader_options(cfg)
+CFG = load_config()
+INITARGS = (tuple(CFG["loaders"]["plugins"]), CFG["limits"]["worker_memory_mb"])     # as `ingest run` does
+
+
+def ocr_opts(workers: int) -> OcrOptions:
+    """What `ingest run` gives each OCR process when `workers` of them may OCR at once."""
+    return ocr_options(load_config(overrides={"loaders.ocr.workers": workers}))
 
 
 def scaling(scan: Path, pages: int, workers: int, spec: ChunkSpec) -> float:
-    pools = Pools({"ocr": workers}, {"ocr": 600.0}, init_loader_process, ((),))
+    pools = Pools({"ocr": workers}, {"ocr": 600.0}, init_loader_process, INITARGS)
+    opts = ocr_opts(workers)
     warm = Runner(pools)
     for w in range(workers):
-        warm.submit("ocr", ocr_page, OcrTask(str(scan), 1, options("ocr"), spec), f"warm{w}")
+        warm.submit("ocr", ocr_page, OcrTask(str(scan), 1, opts, spec), f"warm{w}")
     warm.wait()
     run = Runner(pools)
     start = time.perf_counter()
     for p in range(1, pages + 1):
-        run.submit("ocr", ocr_page, OcrTask(str(scan), p, options("ocr"), spec), f"p{p}")
+        run.submit("ocr", ocr_page, OcrTask(str(scan), p, opts, spec), f"p{p}")
     run.wait()
     pools.stop()
     return pages / (time.perf_counter() - start)
@@ -85,18 +91,18 @@ def scaling(scan: Path, pages: int, workers: int, spec: ChunkSpec) -> float:
 def mixed(folder: Path, shared: bool, spec: ChunkSpec) -> tuple[float, float]:
     """Seconds until every text PDF is loaded, and until everything is done."""
     sizes = {"pdf": 2, "ocr": 2} if shared else {"pdf": 1, "ocr": 1}
-    pools = Pools(sizes, {"pdf": 600.0, "ocr": 600.0}, init_loader_process, ((),))
+    pools = Pools(sizes, {"pdf": 600.0, "ocr": 600.0}, init_loader_process, INITARGS)
+    ocr, pdf = ocr_opts(2 if shared else 1), loader_options(CFG)   # shared: both processes may OCR at once
     runner = Runner(pools)
     start = time.perf_counter()
-    for path in sorted(folder.iterdir()):            # file order: scans and text PDFs interleaved
-        if path.name.startswith("scan"):
-            runner.submit("pdf" if shared else "ocr", ocr_page,
-                          OcrTask(str(path), 1, options("ocr"), spec), path.name)
+    for path in sorted(folder.iterdir()):            # file order: scans and text PDFs alternate
+        if path.stem.endswith("-scan"):
+            runner.submit("pdf" if shared else "ocr", ocr_page, OcrTask(str(path), 1, ocr, spec), path.name)
         else:
-            runner.submit("pdf", load_file, LoadTask(str(path), "pdf", options("pdf"), spec), path.name)
+            runner.submit("pdf", load_file, LoadTask(str(path), "pdf", pdf, spec), path.name)
     runner.wait()
     pools.stop()
-    text_done = max(t for n, t in runner.done.items() if n.startswith("text")) - start
+    text_done = max(t for n, t in runner.done.items() if n.endswith("-text.pdf")) - start
     return text_done, max(runner.done.values()) - start
 
 
@@ -110,19 +116,19 @@ def main() -> None:
     spec = ChunkSpec(ref.tokenizer_file, ref.max_seq_length, 200, 30)
     work = Path(tempfile.mkdtemp(prefix="ingest-ocr-bench-"))
     scan = make_scanned_pdf(work / "scan.pdf", [TEXT.format(i=i) for i in range(args.pages)])
-    print(f"machine: {machine()}; RapidOCR at {DEFAULTS['loaders']['ocr']['dpi']} dpi")
-    print(f"{'OCR workers':>11} {'pages/s':>8} {'speed-up':>9}")
+    print(f"machine: {machine()}; RapidOCR at {CFG['loaders']['ocr']['dpi']} dpi")
+    print(f"{'OCR workers':>11} {'threads each':>13} {'pages/s':>8} {'speed-up':>9}")
     base = None
     for w in args.workers:
         rate = scaling(scan, args.pages, w, spec)
         base = base or rate
-        print(f"{w:>11} {rate:>8.2f} {rate / base:>8.2f}x")
+        print(f"{w:>11} {ocr_opts(w).threads:>13} {rate:>8.2f} {rate / base:>8.2f}x")
 
     folder = work / "mixed"
     folder.mkdir()
     for i in range(args.mixed):
-        make_scanned_pdf(folder / f"scan{i:02d}.pdf", [TEXT.format(i=i)])
-        make_pdf(folder / f"text{i:02d}.pdf", [TEXT.format(i=i), "A second page of plain text."])
+        make_scanned_pdf(folder / f"{2 * i:03d}-scan.pdf", [TEXT.format(i=i)])
+        make_pdf(folder / f"{2 * i + 1:03d}-text.pdf", [TEXT.format(i=i), "A second page of plain text."])
     own = mixed(folder, shared=False, spec=spec)
     same = mixed(folder, shared=True, spec=spec)
     print(f"mixed folder: {args.mixed} scanned pages + {args.mixed} text PDFs, 2 loader processes in all")

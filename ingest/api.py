@@ -11,7 +11,7 @@ How it works, faults included: the NOTEs in workers/encode/__init__.py.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
@@ -64,22 +64,26 @@ class EncodePool:
         for _, rows in self._stream((None, (text,)) for text in texts):
             yield rows[0]
 
-    def encode_groups(self, groups: Iterable[tuple[Any, Sequence[str]]]) -> Iterator[tuple[Any, np.ndarray]]:
+    def encode_groups(self, groups: Iterable[tuple[Any, Sequence[str]]],
+                      on_failed: Callable[[int, int, BaseException], None] | None = None
+                      ) -> Iterator[tuple[Any, np.ndarray]]:
         """(key, embeddings of the group's texts, shape (len, dim)) per (key, texts), in input order.
 
         `groups` is read in a background thread and may block for long stretches: what has
         arrived is encoded once the input stalls ~50 ms. An empty group yields zeros((0, dim)).
+        Chunks that cannot be encoded after every retry raise EncodeError, or, given
+        `on_failed(first, count, error)` (chunk indices counted over all groups), get NaN rows.
         """
-        return self._stream(groups)
+        return self._stream(groups, on_failed=on_failed)
 
-    def _stream(self, groups: Iterable[tuple[Any, Sequence[str]]], total: int | None = None):
+    def _stream(self, groups: Iterable[tuple[Any, Sequence[str]]], total: int | None = None, on_failed=None):
         bar = None
         if self.show_progress_bar:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=total, unit="chunk", desc="Encoding")
         try:
-            yield from self._engine.encode_groups(groups, bar.update if bar is not None else None)
+            yield from self._engine.encode_groups(groups, bar.update if bar is not None else None, on_failed)
         finally:
             if bar is not None:
                 bar.close()

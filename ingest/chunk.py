@@ -3,12 +3,16 @@
 Uses the fast `tokenizers` library (0.05 s to import) rather than transformers, with
 langchain's RecursiveCharacterTextSplitter counting tokens exactly as
 `from_huggingface_tokenizer` does; a final guard hard-splits any chunk that would still
-exceed the model's max_seq_length, so nothing is silently truncated.
+exceed the model's max_seq_length, so nothing is silently truncated. Chunks are bounded in
+tokens, not bytes, and a run of 100+ letters without a space is a single [UNK] token, so
+`page_chunks` also cuts any chunk over the store's text field (65,535 bytes), and counts it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+
+from ingest.store import TEXT_MAX as MAX_CHUNK_BYTES
 
 
 @dataclass(frozen=True)
@@ -17,6 +21,23 @@ class PageChunks:
     page: int | None
     chunks: tuple[str, ...]
     title: str | None = None
+    cut: int = 0                     # chunks over MAX_CHUNK_BYTES, cut at character boundaries
+
+
+def page_chunks(page: int | None, text: str, spec: ChunkSpec, title: str | None = None) -> PageChunks:
+    """The page's chunks, each at most MAX_CHUNK_BYTES of UTF-8 (the store's text field)."""
+    chunks, cut = [], 0
+    for chunk in split_text(text, spec):
+        if len(chunk) * 4 <= MAX_CHUNK_BYTES or len(chunk.encode()) <= MAX_CHUNK_BYTES:
+            chunks.append(chunk)
+            continue
+        cut += 1
+        data = chunk.encode()
+        while data:
+            piece = data[:MAX_CHUNK_BYTES].decode(errors="ignore")     # drops a split character's tail bytes
+            chunks.append(piece)
+            data = data[len(piece.encode()):]
+    return PageChunks(page, tuple(chunks), title, cut)
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,22 @@
-"""The collection a run writes to: the Milvus store and its manifest, opened and locked together,
+"""The collection a run writes to: the Milvus store and its manifest, opened and owned together,
 and the settings every row in it shares (model and chunking). A run with other settings is
-refused unless it re-embeds, so vectors of two models never share a collection."""
+refused unless it re-embeds, so vectors of two models never share a collection.
+
+Ownership: a Milvus Lite file allows one process, so the run flocks it and keeps the manifest
+in SQLite beside it. A server is shared by machines, so the run holds a lease on the
+collection and keeps the manifest in the server too (`ingest.server_manifest`)."""
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ingest.chunk import ChunkSpec
-from ingest.manifest import Entry, Manifest, manifest_path
+from ingest.manifest import Entry, Manifest, SqliteManifest, manifest_path
 from ingest.model_ref import ModelRef, resolve_model
-from ingest.store import Store, StoreError
+from ingest.server_manifest import Lease, ServerManifest
+from ingest.store import Store, StoreError, is_local
 
 
 @dataclass
@@ -21,6 +27,12 @@ class Collection:
     store: Store
     manifest: Manifest
     known: dict[str, Entry]        # the manifest as the run started
+    lease: Lease | None            # a server collection's lease; a Milvus Lite file is flocked instead
+
+    def check_lease(self) -> None:
+        """Raise LeaseLost (a StoreError, one line) if a server collection's lease was lost: stop the run."""
+        if self.lease is not None:
+            self.lease.check()
 
     def prune(self, present: Iterable[str]) -> list[str]:
         """Delete the rows and entries of every recorded source not in `present` (store first)."""
@@ -37,14 +49,18 @@ class Collection:
         present = set(present)
         return [s for s in self.known if s not in present]
 
-    def close(self) -> None:
-        self.store.close()
+    def close(self, release: bool = True) -> None:
+        """Close the manifest, give the lease or lock back, close the store. release=False leaves a
+        server lease to expire (the server is not answering: releasing would only wait out timeouts)."""
         self.manifest.close()
+        if self.lease is not None and release:
+            self.lease.release()
+        self.store.close()
 
 
 def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
-    """Resolve the model, lock the store, open the manifest; drop both first when `reembed`,
-    else refuse a collection built with another model or other chunking settings."""
+    """Resolve the model, own the store (Lite: flock, SQLite manifest; server: lease, manifest in the
+    server), then empty both when `reembed`, else refuse other model or chunking settings."""
     model = resolve_model(cfg["model"]["name"])
     ch = cfg["chunking"]
     spec = ChunkSpec(model.tokenizer_file, model.max_seq_length, ch["chunk_tokens"], ch["overlap_tokens"])
@@ -52,18 +68,44 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
                            "overlap_tokens": ch["overlap_tokens"], "max_seq_length": model.max_seq_length},
                           sort_keys=True)
     store = Store(cfg["store"]["uri"], cfg["store"]["collection"], cfg["store"]["timeout_s"])
-    store.lock()
-    manifest = Manifest(manifest_path(cfg["store"]["uri"], cfg["store"]["collection"]))
-    recorded_settings = manifest.get_meta("settings")
-    recorded_model = store.recorded_model()
-    if reembed:
+    with ExitStack() as undo:                  # on any error, give back what was taken
+        undo.callback(store.close)
+        store.lock()                           # a no-op for a server
+        _refuse_foreign(store, reembed)
+        lease = None
+        if is_local(store.uri):
+            manifest: Manifest = SqliteManifest(manifest_path(store.uri, store.collection))
+        else:
+            lease = Lease.acquire(store)
+            undo.callback(lease.release)
+            manifest = ServerManifest(store, lease)
+        undo.callback(manifest.close)
+        _reset_or_match(store, manifest, model.name, settings, reembed)
+        manifest.set_meta("settings", settings)
+        collection = Collection(model, spec, settings, store, manifest, manifest.all(), lease)
+        undo.pop_all()
+        return collection
+
+
+def _refuse_foreign(store: Store, reembed: bool) -> None:
+    """A collection of that name without ingest's properties is someone else's data: never touch it."""
+    if store.exists() and store.recorded_model() is None:
+        also = "; --reembed will not drop it" if reembed else ""
+        raise StoreError(f"collection {store.collection!r} in {store.uri} was not made by ingest{also}; "
+                         "choose another --collection")
+
+
+def _reset_or_match(store: Store, manifest: Manifest, model: str, settings: str, reembed: bool) -> None:
+    """Drop the rows and clear the manifest when `reembed`, or when the store has no collection (then
+    the manifest describes no rows); else refuse a collection of another model or other settings."""
+    if reembed or not store.exists():
         store.drop()
         manifest.clear()
-    elif recorded_model and recorded_model[0] != model.name:
+        return
+    recorded_model, recorded_settings = store.recorded_model(), manifest.get_meta("settings")
+    if recorded_model and recorded_model[0] != model:
         raise StoreError(f"collection {store.collection!r} holds {recorded_model[0]} vectors, not "
-                         f"{model.name}; rerun with --reembed to re-embed everything, or use another --collection")
-    elif recorded_settings and recorded_settings != settings:
+                         f"{model}; rerun with --reembed to re-embed everything, or use another --collection")
+    if recorded_settings and recorded_settings != settings:
         raise StoreError(f"model or chunking settings changed since the last run ({recorded_settings} -> "
                          f"{settings}); rerun with --reembed to re-embed everything")
-    manifest.set_meta("settings", settings)
-    return Collection(model, spec, settings, store, manifest, manifest.all())

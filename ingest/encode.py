@@ -70,7 +70,13 @@ class EncodeStage:
             for part, texts in groups:
                 if texts:
                     pool = self._pool.result()
-                    for p, vectors in pool.encode_groups(chain([(part, texts)], groups)):
+                    failures: list[tuple[int, int, BaseException]] = []     # appended by the pool's thread
+                    offset = 0
+                    for p, vectors in pool.encode_groups(chain([(part, texts)], groups),
+                                                         on_failed=lambda *f: failures.append(f)):
+                        if np.isnan(vectors).any():
+                            self.writer.fail(p.file, _failure_text(failures, offset, p))
+                        offset += len(p.chunks)
                         self.writer.add(p.file, p.start, p.chunks, vectors, p.last)
                     self.stats = dict(pool.stats)
                     break
@@ -105,3 +111,15 @@ class EncodeStage:
             for start in range(0, len(items), GROUP_CHUNKS):
                 chunks = items[start:start + GROUP_CHUNKS]
                 yield Part(file, start, chunks, start + GROUP_CHUNKS >= len(items)), [t for _, t in chunks]
+
+
+def _failure_text(failures: list[tuple[int, int, BaseException]], offset: int, part: Part) -> str:
+    """The report's line for `part`, whose chunks [offset, offset+n) (counted over the run) include
+    chunks that could not be encoded."""
+    for first, count, error in failures:
+        if first < offset + len(part.chunks) and offset < first + count:
+            failure = getattr(error, "failure", None)
+            what = f"{failure.where} (pid {failure.pid}): {failure.error}" if failure else str(error)
+            index = part.start + max(first - offset, 0)
+            return f"chunk {index} could not be encoded after every retry: {' '.join(what.split())[:300]}"
+    return "a chunk could not be encoded after every retry"

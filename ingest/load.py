@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from importlib import import_module
 from pathlib import Path
 
-from ingest.chunk import ChunkSpec, PageChunks, split_text
+from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, page_chunks
 from ingest.files import FileRef, Finished, Outcome
 from ingest.loaders import LoaderError, LoaderOptions, Unsupported, loader_for, pool_for
 from ingest.workers.failure import Failure
@@ -76,7 +76,7 @@ def load_file(task: LoadTask) -> Loaded | Failure:
             if page.needs_ocr:
                 ocr.append(page.number)
             else:
-                pages.append(PageChunks(page.number, tuple(split_text(page.text, task.spec)), page.title))
+                pages.append(page_chunks(page.number, page.text, task.spec, page.title))
         return Loaded(digest, tuple(pages), tuple(ocr), time.perf_counter() - start)
     except Exception as exc:
         return task_failure(f"{task.fmt} loader", exc)
@@ -85,7 +85,9 @@ def load_file(task: LoadTask) -> Loaded | Failure:
 def task_failure(where: str, exc: BaseException) -> Failure:
     """A worker-side exception as a one-line Failure (the type is named unless it is a LoaderError)."""
     msg = " ".join(str(exc).split())[:300]
-    if not isinstance(exc, (LoaderError, Unsupported)):
+    if isinstance(exc, MemoryError):
+        msg = "out of memory: the file needs more than [limits] worker_memory_mb; raise the limit to ingest it"
+    elif not isinstance(exc, (LoaderError, Unsupported)):
         msg = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
     return Failure(where=where, error=msg, pid=os.getpid(), traceback=traceback.format_exc(limit=8),
                    skip=isinstance(exc, Unsupported))
@@ -115,12 +117,14 @@ class Pages:
         self.pending = set(loaded.ocr_pages)
         self.ocr_pages = len(loaded.ocr_pages)
         self.warnings: list[str] = list(ref.warnings)
+        self.ocr_failures: list[str] = []
         self.seconds = loaded.seconds
 
     def add_ocr(self, page: int, result: PageChunks | Failure, seconds: float) -> None:
         self.seconds += seconds
         if isinstance(result, Failure):
-            self.warnings.append(f"page {page}: OCR failed: {failure_text(result)}")
+            self.ocr_failures.append(f"page {page}: OCR failed: {failure_text(result)}")
+            self.warnings.append(self.ocr_failures[-1])
         else:
             self.pages.append(result)
         self.pending.discard(page)
@@ -129,9 +133,12 @@ class Pages:
         """The file once no OCR page is pending: ingested, or failed when OCR gave nothing."""
         pages = tuple(sorted(self.pages, key=lambda p: -1 if p.page is None else p.page))
         chunks = sum(len(p.chunks) for p in pages)
+        if cut := sum(p.cut for p in pages):
+            self.warnings.append(f"{cut} chunk(s) longer than the store's {MAX_CHUNK_BYTES:,}-byte text field "
+                                 "(text without spaces?) were cut into pieces")
         warnings = tuple(self.warnings)
-        if chunks == 0 and warnings:
-            outcome = Outcome("failed", warnings[0], ocr_pages=self.ocr_pages, warnings=warnings,
+        if chunks == 0 and self.ocr_failures:
+            outcome = Outcome("failed", self.ocr_failures[0], ocr_pages=self.ocr_pages, warnings=warnings,
                               seconds=self.seconds)
             return Finished(self.ref, outcome)
         if chunks == 0:

@@ -1,21 +1,22 @@
-"""The durable per-file manifest: SQLite next to the store.
+"""The durable per-file manifest: what the store holds, file by file.
+
+`Manifest` is the interface the run uses. A Milvus Lite store keeps it in SQLite next to the
+store file (`SqliteManifest`); a server store keeps it in the same Milvus
+(`ingest.server_manifest.ServerManifest`), so every machine and directory sees it.
 
 A file's entry is written only after its rows are in the store (store first, then the
-record), inside one transaction, so a crash never leaves an entry that claims rows the
-store does not have. The entry is what the store holds: a failed file keeps the entry of
-the version that was last ingested.
+record), so a crash never leaves an entry that claims rows the store does not have. The
+entry is what the store holds: a failed file keeps the entry of the version that was last
+ingested.
 """
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
-
-from ingest.store import is_local
+from typing import Iterable, Iterator, Protocol
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -37,14 +38,26 @@ class Entry:
     settings: str
 
 
+class Manifest(Protocol):
+    """Per-file entries and a few meta values ("settings") of one collection."""
+
+    def get_meta(self, key: str) -> str | None: ...
+    def set_meta(self, key: str, value: str) -> None: ...
+    def all(self) -> dict[str, Entry]: ...
+    def record(self, entries: Iterable[Entry]) -> None: ...
+    def remove(self, sources: Iterable[str]) -> None: ...
+    def clear(self) -> None: ...
+    def close(self) -> None: ...
+
+
 def manifest_path(uri: str, collection: str) -> Path:
-    if is_local(uri):
-        return Path(f"{Path(uri).resolve()}.{collection}.manifest.sqlite")
-    key = hashlib.blake2b(uri.encode(), digest_size=6).hexdigest()
-    return Path.cwd() / f".ingest-{collection}-{key}.manifest.sqlite"
+    """The SQLite manifest of a Milvus Lite store file: next to it."""
+    return Path(f"{Path(uri).resolve()}.{collection}.manifest.sqlite")
 
 
-class Manifest:
+class SqliteManifest:
+    """The manifest of a Milvus Lite store, in SQLite; each write is one transaction."""
+
     def __init__(self, path: Path):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest.chunk import ChunkSpec, PageChunks, split_text
+from ingest.chunk import ChunkSpec, PageChunks, page_chunks
 from ingest.load import task_failure
 from ingest.loaders import OcrOptions
 from ingest.workers.failure import Failure
@@ -40,7 +40,7 @@ def ocr_page(task: OcrTask) -> OcrDone | Failure:
     start = time.perf_counter()
     try:
         page = recognize(Path(task.path), task.page, task.options)
-        chunks = PageChunks(task.page, tuple(split_text(page.text, task.spec)), page.title)
+        chunks = page_chunks(task.page, page.text, task.spec, page.title)
         return OcrDone(chunks, time.perf_counter() - start)
     except Exception as exc:
         return task_failure(f"OCR of page {task.page}", exc)

@@ -38,7 +38,8 @@ from ingest.progress import Progress
 from ingest.report import build_report, default_report_path, summary, write_report
 from ingest.scan import scan
 from ingest.sniff import sniff
-from ingest.store import StoreError
+from ingest.loaders import formats
+from ingest.store import FORMAT_MAX, StoreError
 from ingest.workers.failure import Failure
 from ingest.workers.pool import Pools
 from ingest.workers.reorder import Reorder
@@ -102,15 +103,19 @@ class Run:
         self._pending: dict[int, _Dispatched | load.Pages] = {}     # dispatched, not yet finished
         self._reorder: Reorder[Finished] = Reorder(max(1, cfg["run"]["max_files_in_flight"]))
         self._total = 0
+        self._fatal: StoreError | RunError | None = None     # what stopped the run, if anything did
 
     def execute(self) -> int:
         started = time.perf_counter()
         cfg = self.cfg
+        plugins = tuple(cfg["loaders"]["plugins"])
+        _import_plugins(plugins)
         self.col = col = open_collection(cfg, self.reembed)
         self.loader_options, self.ocr_options = loader_options(cfg), ocr_options(cfg)
-        plugins = tuple(cfg["loaders"]["plugins"])
-        for name in plugins:
-            import_module(name)
+        if cfg["limits"]["worker_memory_mb"]:
+            # glibc reserves 64 MB of address space per malloc arena, up to 8 per core, and RLIMIT_AS
+            # counts reservations: without a cap, an OCR worker on 16 cores fails every page.
+            os.environ.setdefault("MALLOC_ARENA_MAX", "4")
         self.pools = Pools({p: cfg["loaders"][p]["workers"] for p in FORMAT_POOLS},
                            {p: cfg["loaders"][p]["timeout_s"] for p in FORMAT_POOLS},
                            load.init_loader_process, (plugins, cfg["limits"]["worker_memory_mb"]))
@@ -136,16 +141,24 @@ class Run:
             self.pools.stop()
             self.stage.close()
             self.progress.close()
-        pruned = self._prune({ref.source for ref, _ in files}) if not self.stopping.is_set() else 0
+        fatal = self._fatal
+        if fatal is not None:                 # every file not written fails with the run's error
+            done = {f.ref.seq for f in written}
+            written += [Finished(ref, Outcome("failed", f"not written: {fatal}")) for ref, _ in files
+                        if ref.seq not in done]
+        pruned = self._prune({ref.source for ref, _ in files}) if not (self.stopping.is_set() or fatal) else 0
         report = build_report(written, time.perf_counter() - started, self._rates(written),
                               {"not_started": len(files) - len(written), "pruned": pruned,
-                               "interrupted": self.stopping.is_set(), "store": col.store.uri,
-                               "collection": col.store.collection, "model": col.model.name})
+                               "interrupted": self.stopping.is_set(), "stopped_by": str(fatal) if fatal else None,
+                               "pools_replaced": self.pools.replaced,
+                               "store": col.store.uri, "collection": col.store.collection, "model": col.model.name})
         write_report(report, self.report_path)
-        col.close()
+        col.close(release=not isinstance(fatal, StoreError))
         if not self.quiet:
             print(summary(report), file=sys.stderr)
             print(f"report: {self.report_path}", file=sys.stderr)
+        if fatal is not None:
+            raise fatal
         if self.stopping.is_set():
             return EXIT_INTERRUPTED
         return EXIT_FAILED if any(f.outcome.status == "failed" for f in written) else EXIT_OK
@@ -173,21 +186,27 @@ class Run:
             except queue.Empty:
                 if not encode_thread.is_alive():
                     raise RuntimeError("the encode thread stopped unexpectedly")
-                self.writer.flush_if_due()
+                try:
+                    self.col.check_lease()          # another run took the collection over?
+                    self.writer.flush_if_due()
+                except StoreError as exc:
+                    self._fatal = exc
+                    break
                 continue
             if isinstance(event, Written):
                 in_flight -= 1
                 written.append(event.file)
                 self.progress.written(event.file.outcome.chunks if event.file.outcome.status == "ingested" else 0)
             elif isinstance(event, EncodeFailed):
-                self._raise(event.error)
+                self._fatal = self._fatal_error(event.error)
+                break
             elif isinstance(event, Stop):
                 self._interrupt()
             elif isinstance(event, LoadDone):
                 self._loaded(event)
             else:
                 self._ocr_page_done(event)
-        encode_thread.join(timeout=30)
+        encode_thread.join(timeout=30 if self._fatal is None else 1)
         return written
 
     # -- per-file steps ---------------------------------------------------------------
@@ -256,11 +275,12 @@ class Run:
             self._complete(Finished(state.ref, Outcome("failed", INTERRUPTED, seconds=seconds)))
         self.stage.feed.put(None)
 
-    def _raise(self, exc: BaseException) -> None:
+    @staticmethod
+    def _fatal_error(exc: BaseException) -> StoreError | RunError:
+        """The one-line error that stops the run (the report is still written)."""
         if isinstance(exc, StoreError):
-            raise exc
-        raise RunError(f"encoding stopped the run: {' '.join(str(exc).split())[:300]}; "
-                       "see the message for the chunk or file") from exc
+            return exc
+        return RunError(f"encoding stopped the run: {' '.join(str(exc).split())[:300]}")
 
     # -- end of run -------------------------------------------------------------------
     def _prune(self, present: set[str]) -> int:
@@ -285,3 +305,17 @@ class Run:
         if chunks and self.writer.seconds:
             rates["write"] = self.writer.rows_written / self.writer.seconds
         return rates
+
+
+def _import_plugins(plugins: tuple[str, ...]) -> None:
+    """Import [loaders] plugins here first, so a bad one is one line before anything starts."""
+    for name in plugins:
+        try:
+            import_module(name)
+        except Exception as exc:
+            raise RunError(f"plugin module {name!r} in [loaders] plugins failed to import "
+                           f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); fix it or remove it") from None
+    for fmt in formats():
+        if len(fmt.encode()) > FORMAT_MAX:
+            raise RunError(f"a plugin registers format {fmt!r}, longer than the store's {FORMAT_MAX} bytes; "
+                           "give it a shorter name")

@@ -1,4 +1,8 @@
-"""The scan step: walk the folder; every file becomes a FileRef, in a deterministic (sorted) order."""
+"""The scan step: walk the folder; every file becomes a FileRef, in a deterministic (sorted) order.
+
+A file's `source` (its manifest key, its name in the store and the report) is its relative path in
+printable form, so any name the file system allows can be stored; its `path` is what is opened.
+"""
 from __future__ import annotations
 
 import errno
@@ -7,15 +11,49 @@ from pathlib import Path
 from typing import Iterator
 
 from ingest.files import FileRef, Outcome
+from ingest.store import SOURCE_MAX
+
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_FOLLOW_HINT = {"inside": 'set [run] follow_symlinks = "all" to follow it',
+                "none": 'set [run] follow_symlinks = "inside" or "all" to follow it'}
 
 
-def scan(root: Path, follow_symlinks: bool) -> Iterator[tuple[FileRef, Outcome | None]]:
-    """(FileRef, None) for every file under `root`, sorted by relative path; a file that cannot be
-    listed, stat'ed or followed comes with its failed or skipped Outcome instead of None."""
+def printable(rel: str) -> str:
+    """`rel` (an OS path str, undecodable bytes as surrogate escapes) as a lossless, printable str.
+
+    A backslash becomes `\\\\`; a byte that is not valid UTF-8 `\\xNN` (NN >= 80); a C0 control
+    character or DEL `\\n`, `\\t`, `\\r` or `\\xNN` (NN < 80); a C1 control character `\\u00NN`.
+    Everything else is kept, so distinct names stay distinct and a UTF-8 name without those is unchanged.
+    """
+    out: list[str] = []
+    for ch in os.fsencode(rel).decode("utf-8", "surrogateescape"):
+        code = ord(ch)
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif 0xDC80 <= code <= 0xDCFF:                       # an undecodable byte
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif 0x80 <= code <= 0x9F:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def scan(root: Path, follow_symlinks: str) -> Iterator[tuple[FileRef, Outcome | None]]:
+    """(FileRef, None) for every file under `root`, sorted by source; a file that cannot be listed,
+    stat'ed or followed, or is not to be followed, comes with its failed or skipped Outcome instead.
+
+    `follow_symlinks` ([run] follow_symlinks): "inside" follows a link to a file only when its
+    target lies inside `root`, "all" follows every one, "none" none. A followed link's `path` is its
+    resolved target. Links to folders are never followed.
+    """
     entries: list[tuple[str, str, str | None, str | None]] = []   # (source, path, status, error)
+    inside = os.path.realpath(root)
 
     def onerror(exc: OSError) -> None:
-        rel = Path(exc.filename).relative_to(root).as_posix() if exc.filename else "?"
+        rel = _rel(root, exc.filename) if exc.filename else "?"
         entries.append((rel, str(exc.filename), "failed", f"cannot list folder: {exc.strerror}"))
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=False):
@@ -27,22 +65,36 @@ def scan(root: Path, follow_symlinks: bool) -> Iterator[tuple[FileRef, Outcome |
         for name in filenames:
             full = os.path.join(dirpath, name)
             status, error = None, None
-            if os.path.islink(full) and not follow_symlinks:
-                status, error = "skipped", "symlink (set [run] follow_symlinks = true to follow)"
+            if os.path.islink(full) and follow_symlinks == "none":
+                status, error = "skipped", f"symlink; {_FOLLOW_HINT['none']}"
             entries.append((_rel(root, full), full, status, error))
-    for seq, (source, path, status, error) in enumerate(sorted(entries)):
-        ref = FileRef(seq, source, path)
+    for seq, (source, path, status, error) in enumerate(sorted(entries, key=lambda e: e[0])):
         if status is None:
-            try:
-                st = os.stat(path)
-                ref = FileRef(seq, source, path, st.st_size, st.st_mtime_ns)
-            except OSError as exc:
-                status, error = "failed", _stat_error(exc)
-        yield ref, None if status is None else Outcome(status, error)
+            yield _follow(FileRef(seq, source, path), follow_symlinks, inside)
+        else:
+            yield FileRef(seq, source, path), Outcome(status, error)
+
+
+def _follow(ref: FileRef, follow_symlinks: str, inside: str) -> tuple[FileRef, Outcome | None]:
+    """`ref` stat'ed, with a followed link's target as its path; or its failed or skipped Outcome."""
+    size = len(ref.source.encode())
+    if size > SOURCE_MAX:
+        return ref, Outcome("failed", f"path is {size} bytes, too long for the store (at most {SOURCE_MAX}); "
+                                      "shorten the file's path or name")
+    try:
+        st = os.stat(ref.path)
+    except OSError as exc:
+        return ref, Outcome("failed", _stat_error(exc))
+    path = ref.path
+    if os.path.islink(path):
+        path = os.path.realpath(path)
+        if follow_symlinks == "inside" and os.path.commonpath((inside, path)) != inside:
+            return ref, Outcome("skipped", f"link leads outside the folder; {_FOLLOW_HINT['inside']}")
+    return FileRef(ref.seq, ref.source, path, st.st_size, st.st_mtime_ns), None
 
 
 def _rel(root: Path, path: str) -> str:
-    return Path(path).relative_to(root).as_posix()
+    return printable(Path(path).relative_to(root).as_posix())
 
 
 def _stat_error(exc: OSError) -> str:

@@ -1,9 +1,11 @@
 """The sniff step: what a file is before any loader opens it, and whether it needs one at all.
 
-Its format comes from its extension, confirmed by its first bytes (at most HEAD_BYTES are
-read, so this stays cheap enough for the dispatcher's thread); text-encoding knowledge (BOMs,
-BOM-less UTF-16) comes from the text loader. Then the size limit, and the manifest: a file
-whose size and mtime are unchanged is done here.
+For the built-in formats the content decides, not the extension: the first bytes (at most
+HEAD_BYTES), a ZIP's directory or a compound file's directory tell a PDF, DOCX, PPTX, DOC, PPT,
+image or text file apart, so this stays cheap enough for the dispatcher's thread. A file read by
+its content despite its name gets a warning. Text-encoding knowledge (BOMs, BOM-less UTF-16) comes
+from the text loader. Then the size limit, and the manifest: a file whose size and mtime are
+unchanged is done here.
 """
 from __future__ import annotations
 
@@ -11,44 +13,39 @@ import errno
 import os
 import stat
 from dataclasses import replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ingest.files import FileRef, Finished, Outcome
 from ingest.loaders import LoaderError, Unsupported, format_for_extension
+from ingest.loaders.ole import SIGNATURE as OLE_SIGNATURE, office_format
+from ingest.loaders.ooxml import SIGNATURE as ZIP_SIGNATURE, zip_format
 from ingest.loaders.text import BOMS, HEAD_BYTES, utf16_without_bom
 from ingest.manifest import Entry
 
-# kind -> (signature at offset 0, how to name it in a message, extension to suggest)
-_MAGIC: dict[str, tuple[bytes, str, str]] = {
-    "pdf": (b"%PDF-", "PDF", ".pdf"),
-    "zip": (b"PK\x03\x04", "a ZIP (Office Open XML) archive", ".docx or .pptx"),
-    "ole": (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "a legacy Office (OLE2) file", ".doc or .ppt"),
-    "rtf": (b"{\\rtf", "RTF", ".doc"),
-    "png": (b"\x89PNG\r\n\x1a\n", "a PNG image", ".png"),
-    "jpeg": (b"\xff\xd8\xff", "a JPEG image", ".jpg"),
-    "tiff-le": (b"II*\x00", "a TIFF image", ".tif"),
-    "tiff-be": (b"MM\x00*", "a TIFF image", ".tif"),
-    "bmp": (b"BM", "a BMP image", ".bmp"),
-}
-_IMAGES = {"png", "jpeg", "tiff-le", "tiff-be", "bmp"}
-# format -> content kinds it accepts; "text" means: not binary. Formats not listed (plugins) are not checked.
-_EXPECTED: dict[str, set[str]] = {
-    "pdf": {"pdf"},
-    "docx": {"zip"},
-    "pptx": {"zip"},
-    "doc": {"ole", "zip", "rtf"},   # LibreOffice reads a .docx or RTF saved as .doc too
-    "ppt": {"ole", "zip"},
-    "image": _IMAGES,
-    "txt": {"text"},
-    "md": {"text"},
-}
+# The formats whose content the sniff knows, as it names them in a warning; other (plugin) formats
+# are trusted by their extension.
+LABELS = {"pdf": "a PDF", "docx": "a DOCX document", "pptx": "a PPTX presentation",
+          "doc": "a Word 97-2003 or RTF document", "ppt": "a PowerPoint 97-2003 presentation",
+          "image": "an image", "txt": "plain text", "md": "plain text"}
+_TEXT = ("txt", "md")
+_LEGACY = ("doc", "ppt")
+_IMAGES = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*")
 _CONTROL = frozenset(range(0x09)) | (frozenset(range(0x0E, 0x20)) - {0x1B})   # not \t \n \v \f \r ESC
 
 
-def _kind(head: bytes) -> str | None:
-    if head[:2] == b"BM" and head[6:10] != b"\0\0\0\0":
-        return None                       # "BM..." text, not a bitmap header (reserved bytes are zero)
-    return next((k for k, (sig, _, _) in _MAGIC.items() if head.startswith(sig)), None)
+def _signature(head: bytes, claimed: str | None) -> str | None:
+    """"pdf", "zip", "ole", "rtf" or "image" by the first bytes; None for anything else."""
+    if head.startswith(ZIP_SIGNATURE):
+        return "zip"
+    if head.startswith(OLE_SIGNATURE):
+        return "ole"
+    if head.startswith(b"{\\rtf"):
+        return "rtf"
+    if head.startswith(_IMAGES) or (head[:2] == b"BM" and head[6:10] == b"\0\0\0\0"):
+        return "image"                    # "BM..." text is no bitmap: a bitmap's reserved bytes are zero
+    if head.startswith(b"%PDF-") or (b"%PDF-" in head[:1024] and (claimed == "pdf" or _is_binary(head))):
+        return "pdf"                      # readers accept junk before the header
+    return None
 
 
 def _is_binary(head: bytes) -> bool:
@@ -80,44 +77,86 @@ def _read_head(path: Path) -> bytes:
         os.close(fd)
 
 
-def detect_format(path: Path) -> str:
-    """The registered format for `path`, after checking that its content matches its extension.
+def detect_format(path: Path, ext: str | None = None) -> str:
+    """The format to read `path` as: for the built-in formats, the one its content shows.
 
-    Raises Unsupported for an extension no loader handles, LoaderError for an unreadable,
-    empty or misnamed file.
+    `ext` is the extension its name claims (`path`'s own by default; a followed link's name may
+    differ from its target's). Raises Unsupported for an unknown extension, an empty file or a
+    known kind of file no loader reads, LoaderError for an unreadable, damaged or misnamed file.
     """
-    ext = path.suffix.lower()
-    fmt = format_for_extension(ext)
-    if fmt is None:
-        raise Unsupported(f"unsupported file type {ext}" if ext else "unsupported file type (no extension)")
-    head = _read_head(path)
-    if not head:
-        raise LoaderError("empty file")
-    expected = _EXPECTED.get(fmt)
-    if expected is None:
-        return fmt
-    kind = "pdf" if fmt == "pdf" and b"%PDF-" in head[:1024] else _kind(head)
-    if kind in expected or (kind is None and "text" in expected and not _is_binary(head)):
-        return fmt
+    ext = (path.suffix if ext is None else ext).lower()
+    claimed = format_for_extension(ext)
+    if claimed is None and ext:
+        raise Unsupported(f"unsupported file type {ext}")
+    try:
+        head = _read_head(path)
+        if not head.strip() and len(head) < HEAD_BYTES:
+            raise Unsupported("empty file")
+        if claimed is not None and claimed not in LABELS:
+            return claimed
+        return _by_content(path, head, claimed, ext)
+    except LoaderError:
+        if claimed is None:
+            raise Unsupported("unsupported file type (no extension)") from None
+        raise
+
+
+def _by_content(path: Path, head: bytes, claimed: str | None, ext: str) -> str:
+    """The built-in format of the content; `claimed` is the extension's format (None: no extension)."""
+    kind = _signature(head, claimed)
+    try:
+        if kind == "zip":
+            return zip_format(path, claimed.upper() if claimed in ("docx", "pptx") else "ZIP")
+        if kind == "ole":
+            return _ole_format(path, claimed)
+    except OSError as exc:
+        raise LoaderError(f"cannot read the file: {exc.strerror or exc}") from None
     if kind is not None:
-        _, label, suggest = _MAGIC[kind]
-        raise LoaderError(f"content is {label} but the name ends in {ext}; rename it to {suggest}")
-    if "text" in expected:
+        return "doc" if kind == "rtf" else kind          # LibreOffice reads RTF as a document
+    if claimed is None:
+        raise Unsupported("unsupported file type (no extension)")
+    if not _is_binary(head):
+        if claimed in _TEXT:
+            return claimed
+        raise LoaderError(f"content does not look like a {ext} file (it is plain text); "
+                          "rename it to .txt to ingest it as text")
+    if claimed in _TEXT:
         raise LoaderError(f"binary content in a {ext} file; check what the file really is")
     raise LoaderError(f"content does not look like a {ext} file; the file is damaged or misnamed")
 
 
-def sniff(ref: FileRef, known: Entry | None, settings: str, max_file_mb: float) -> FileRef | Finished:
-    """The step before loading: `ref` with its format, or the Finished file when it needs no
-    loader (unsupported, unreadable or misnamed, over max_file_mb, or unchanged by size and mtime)."""
-    suffix = Path(ref.path).suffix.lower()
-    guess = replace(ref, fmt=format_for_extension(suffix) or suffix.lstrip(".") or "unknown")
+def _ole_format(path: Path, claimed: str | None) -> str:
+    """doc or ppt by the compound file's directory; a .doc or .ppt that cannot be told is trusted to LibreOffice."""
     try:
-        ref = replace(ref, fmt=detect_format(Path(ref.path)))
+        fmt = office_format(path)
+    except LoaderError:
+        if claimed in _LEGACY:
+            return claimed
+        raise
+    if fmt is None and claimed in _LEGACY:
+        return claimed
+    if fmt is None:
+        raise Unsupported("content is a legacy Office file whose kind could not be told; "
+                          "convert it to PDF or DOCX to ingest it")
+    return fmt
+
+
+def sniff(ref: FileRef, known: Entry | None, settings: str, max_file_mb: float) -> FileRef | Finished:
+    """The step before loading: `ref` with its format (and a warning when its content contradicts
+    its name), or the Finished file when it needs no loader (unsupported, empty, unreadable or
+    damaged, over max_file_mb, or unchanged by size and mtime)."""
+    ext = PurePosixPath(ref.source).suffix.lower()        # the name in the folder, not a followed link's target
+    claimed = format_for_extension(ext)
+    guess = replace(ref, fmt=claimed or ext.lstrip(".") or "unknown")
+    try:
+        fmt = detect_format(Path(ref.path), ext)
     except Unsupported as exc:
         return Finished(guess, Outcome("skipped", str(exc)))
     except LoaderError as exc:
         return Finished(guess, Outcome("failed", str(exc)))
+    ref = replace(ref, fmt=fmt)
+    if claimed is not None and fmt != claimed:
+        ref = replace(ref, warnings=(*ref.warnings, f"content is {LABELS[fmt]}; read as {fmt} despite the {ext} name"))
     if ref.size > max_file_mb * 1e6:
         return Finished(ref, Outcome("failed", f"file is {ref.size / 1e6:.0f} MB, over [limits] max_file_mb = "
                                                f"{max_file_mb:g}; raise the limit to ingest it"))

@@ -2,11 +2,13 @@
 Chinese+English models) or, when configured, PaddleOCR with local models. Nothing downloads."""
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .base import LoaderError, OcrOptions, Page
+from .image import MEGAPIXEL
 from .pdf import damaged, mupdf_errors, open_document
 
 if TYPE_CHECKING:
@@ -20,25 +22,34 @@ Box = Sequence[Sequence[float]]          # four (x, y) corners
 _ENGINES: dict[str, Any] = {}            # one engine per backend per process
 
 
-def render(path: Path, page: int, dpi: float, passwords: Sequence[str] = ()) -> np.ndarray:
-    """Page `page` (1-based) as a BGR array: PDFs at `dpi`, images at their own resolution."""
+def render(path: Path, page: int, options: OcrOptions) -> np.ndarray:
+    """Page `page` (1-based) as a BGR array: PDFs at options.dpi, images at their own resolution, both
+    scaled down to stay within MAX_SIDE_PX and options.max_image_mp."""
     import numpy as np
     import pymupdf
 
     kind = "PDF" if path.suffix.lower() == ".pdf" else "image"
-    with open_document(path, passwords, kind) as doc:
+    with open_document(path, options.passwords, kind) as doc:
         if not 1 <= page <= doc.page_count:
             raise LoaderError(f"page {page} does not exist (the {kind} has {doc.page_count}); rescan the file")
         try:
             pg = doc[page - 1]
             images = pg.get_image_info() if not doc.is_pdf else []
-            zoom = images[0]["width"] / pg.rect.width if images else dpi / 72
-            zoom = min(zoom, MAX_SIDE_PX / max(pg.rect.width, pg.rect.height))
+            zoom = images[0]["width"] / pg.rect.width if images else options.dpi / 72
+            zoom = min(zoom, MAX_SIDE_PX / max(pg.rect.width, pg.rect.height),
+                       max_zoom(pg.rect.width, pg.rect.height, options.max_image_mp * MEGAPIXEL))
             pix = pg.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), colorspace=pymupdf.csRGB, alpha=False)
         except mupdf_errors() as exc:
             raise damaged(f"page {page} of the {kind}", exc) from None
     rgb = np.frombuffer(pix.samples, dtype=np.uint8).reshape(pix.height, pix.width, 3)
     return np.ascontiguousarray(rgb[:, :, ::-1])
+
+
+def max_zoom(width: float, height: float, max_pixels: float) -> float:
+    """The largest zoom at which a width x height page renders to at most `max_pixels`, counting the
+    pixel each edge may gain when rounded outward: (width*z + 2) * (height*z + 2) <= max_pixels."""
+    a, b, c = width * height, 2 * (width + height), 4 - max_pixels
+    return (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
 
 
 def reading_order(lines: list[tuple[Box, str]]) -> str:
@@ -98,5 +109,5 @@ def ocr_page(path: Path, page: int, options: OcrOptions) -> Page:
     if options.backend not in _BACKENDS:
         raise LoaderError(f"unknown OCR backend {options.backend!r}; "
                           "set [loaders.ocr] backend to rapidocr or paddleocr")
-    image = render(path, page, options.dpi, options.passwords)
+    image = render(path, page, options)
     return Page(page, reading_order(_BACKENDS[options.backend](image, options)), needs_ocr=False)

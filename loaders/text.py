@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from .base import LoaderError, LoaderOptions, Page, register
+from .base import LoaderError, LoaderOptions, Page, Unsupported, register
 
 MB = 1024 * 1024
 HEAD_BYTES = 8192              # how much of a file shows whether it is BOM-less UTF-16
@@ -87,13 +87,17 @@ def markdown_title(text: str) -> str | None:
 
 
 def read_text(path: Path, options: LoaderOptions) -> str:
-    """The file's text with newlines normalized; refuses files over [limits] max_text_mb before reading."""
+    """The file's text with newlines normalized; refuses files over [limits] max_text_mb before reading,
+    and whitespace-only files (Unsupported: reported as skipped)."""
     limit = options.max_text_mb
     size = path.stat().st_size
     if size > limit * MB:
         raise LoaderError(f"text file is {size / MB:.1f} MB, over [limits] max_text_mb = {limit:g}; "
                           "raise the limit to ingest it")
-    return decode(path.read_bytes()).replace("\r\n", "\n")
+    text = decode(path.read_bytes()).replace("\r\n", "\n")
+    if not text.strip():
+        raise Unsupported("empty file")
+    return text
 
 
 @register("txt", (".txt",), "txt")

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 
@@ -78,3 +81,77 @@ def row_ids(cwd: Path) -> list[str]:
 def work(tmp_path: Path) -> Path:
     (tmp_path / "docs").mkdir()
     return tmp_path
+
+
+# -- a Milvus server (milvus-lite server) on loopback ------------------------------------------
+@dataclass
+class MilvusServer:
+    uri: str
+    process: subprocess.Popen
+    data_dir: Path
+    port: int
+
+    def stop(self) -> None:
+        """Terminate the server (kill it if it does not go within 10 s); safe after a kill."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_milvus(data_dir: Path, port: int | None = None, timeout: float = 60) -> MilvusServer:
+    """Start `milvus-lite server` on 127.0.0.1 (a free port unless given); return once it accepts connections."""
+    if port is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    log = open(f"{data_dir}.log", "ab")
+    process = subprocess.Popen([str(Path(sys.executable).parent / "milvus-lite"), "server", "--data-dir", str(data_dir),
+                                "--host", "127.0.0.1", "--port", str(port)],
+                               stdout=log, stderr=subprocess.STDOUT, env=cli_env())
+    log.close()
+    server = MilvusServer(f"http://127.0.0.1:{port}", process, data_dir, port)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return server
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(f"milvus-lite server did not start on port {port}; see {data_dir}.log")
+
+
+@pytest.fixture(scope="session")
+def milvus_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URI of one Milvus server shared by the whole session: give each test its own --collection."""
+    server = start_milvus(tmp_path_factory.mktemp("milvus") / "data")
+    yield server.uri
+    server.stop()
+
+
+@pytest.fixture
+def milvus_server() -> Iterator[Callable[..., MilvusServer]]:
+    """A factory `start(data_dir, port=None)` of servers the test owns (and may kill); all stop at teardown."""
+    started: list[MilvusServer] = []
+
+    def start(data_dir: Path, port: int | None = None) -> MilvusServer:
+        started.append(start_milvus(data_dir, port))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def server_rows(uri: str, collection: str) -> list[dict]:
+    """Every row's id, source and file_hash of a server collection ([] if it does not exist)."""
+    from ingest.store import Store
+
+    store = Store(uri, collection)
+    try:
+        return store.rows(["id", "source", "file_hash"]) if store.exists() else []
+    finally:
+        store.close()

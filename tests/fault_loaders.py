@@ -44,12 +44,46 @@ def ignore_sigterm(path: Path, options: LoaderOptions) -> Iterator[Page]:
 
 @register("fault-flaky", (".flaky",), "txt")
 def crash_once(path: Path, options: LoaderOptions) -> Iterator[Page]:
-    """Dies the first time it sees a file, then loads it (the retry in a fresh worker works)."""
+    """Dies the first time it sees a file, then loads it (the retry in a fresh worker works).
+    Each attempt appends its pid to <file>.attempts beside the folder, so a test can prove the retry."""
     marker = Path(tempfile.gettempdir()) / ("ingest-flaky-" + hashlib.md5(str(path.resolve()).encode()).hexdigest())
+    with open(path.parent.parent / (path.name + ".attempts"), "a") as log:
+        log.write(f"{os.getpid()}\n")
     if not marker.exists():
         marker.write_text("x")
         os._exit(9)
     yield Page(None, path.read_text())
+
+
+@register("fault-note", (".note",), "txt")
+def note_pid(path: Path, options: LoaderOptions) -> Iterator[Page]:
+    """Loads like text and appends its worker's pid to pids.log beside the folder."""
+    with open(path.parent.parent / "pids.log", "a") as log:
+        log.write(f"{os.getpid()}\n")
+    yield Page(None, path.read_text())
+
+
+@register("fault-killtxt", (".killtxt",), "pdf")
+def kill_txt_workers(path: Path, options: LoaderOptions) -> Iterator[Page]:
+    """Once per file, from the pdf pool: waits until the txt pool has loaded the .note files and sits
+    idle, then SIGKILLs its workers (pids from pids.log). A worker that dies while its pool runs no
+    task breaks a pebble pool, which must be replaced."""
+    marker = path.parent.parent / (path.name + ".killed")
+    if not marker.exists():
+        marker.write_text("x")
+        time.sleep(2)
+        for line in (path.parent.parent / "pids.log").read_text().split():
+            try:
+                os.kill(int(line), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    yield Page(None, path.read_text())
+
+
+@register("fault-bignum", (".bignum",), "txt")
+def page_number_overflow(path: Path, options: LoaderOptions) -> Iterator[Page]:
+    """A buggy loader: its page number does not fit the store's INT64 field, so the store refuses its rows."""
+    yield Page(2 ** 70, path.read_text())
 
 
 @register("fault-slowtxt", (".slowtxt",), "txt")

@@ -66,7 +66,7 @@ def test_hostile_inputs() -> None:
     assert res.returncode == 1, res.stderr
     files = {f["path"]: f for f in json.loads((work / "report.json").read_text())["files"]}
     expect_failed = {
-        "locked.pdf": "password", "truncated.pdf": "", "empty.txt": "empty", "pdf-named.txt": "PDF",
+        "locked.pdf": "password", "truncated.pdf": "", "pdf-named.txt": "PDF",
         "random.txt": "binary", "bomb.docx": "max_unzipped_mb", "huge.txt": "max_text_mb",
         "unreadable.txt": "permission", "loop": "symlink loop",
     }
@@ -75,6 +75,7 @@ def test_hostile_inputs() -> None:
         assert entry["status"] == "failed", entry
         assert word.lower() in entry["error"].lower(), entry
         assert "\n" not in entry["error"] and len(entry["error"]) < 400 and SECRET not in entry["error"]
+    assert (files["empty.txt"]["status"], files["empty.txt"]["error"]) == ("skipped", "empty file")
     for name in GOOD:
         assert files[name]["status"] == "ingested", files[name]
     for name, phrase in GOOD.items():

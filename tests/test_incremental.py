@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -79,6 +80,18 @@ def _kill_group_when(work: Path, wait) -> None:
     time.sleep(1)
 
 
+def _recorded(work: Path) -> int:
+    """Files the manifest records (0 before the first one is written)."""
+    db = work / "store.db.documents.manifest.sqlite"
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as con:
+        try:
+            return con.execute("SELECT count(*) FROM files").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+
 def test_kill_and_resume_matches_a_clean_run(tmp_path: Path) -> None:
     config = SMALL_CHUNKS + '[loaders]\nplugins = ["fault_loaders"]\n'
     clean, crashed = tmp_path / "clean", tmp_path / "crashed"
@@ -91,8 +104,11 @@ def test_kill_and_resume_matches_a_clean_run(tmp_path: Path) -> None:
     assert reference.rc == 0, reference.stderr
 
     _kill_group_when(crashed, lambda: time.sleep(4))                        # during start-up
+    assert _recorded(crashed) == 0
     _kill_group_when(crashed, lambda: _wait_recorded(crashed, "d0.slowtxt"))
+    assert 1 <= _recorded(crashed) < len(SENTENCES)                          # the kill landed mid-run
     _kill_group_when(crashed, lambda: _wait_recorded(crashed, "d2.slowtxt"))
+    assert 3 <= _recorded(crashed) < len(SENTENCES)
     resumed = run(crashed / "docs", crashed, config=config)
     assert resumed.rc == 0, resumed.stderr
     ids = row_ids(crashed)

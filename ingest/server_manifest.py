@@ -1,0 +1,277 @@
+"""A server store's manifest and lease, kept in the companion collection `<collection>__files`.
+
+On a Milvus server (http://…) every machine and directory must see the same manifest, so it
+lives in the same Milvus as the rows, one row per key:
+
+    file:<blake2b of the source>   one file's `Entry` (the source itself is a field)
+    meta:<name>                    a meta value, e.g. the run settings
+    lease                          the run that owns the collection now
+
+Keys are hashes and fixed names, never paths: pymilvus's query_iterator pages on
+`key > "<last key>"` without escaping it, which a path with a quote or newline would break.
+Milvus needs a vector field; `vector` is a dummy of dim 2, always [0, 0].
+
+NOTE (lease protocol): a run writes its lease row (host, pid, run id, expiry) on open and
+renews it every RENEW_EVERY_S with expiry now + LEASE_TTL_S from a daemon thread; close
+deletes it. A lease is stale once expired, or at once when its holder runs on this host and
+its pid is gone (a killed run must not block the rerun). Milvus has no compare-and-swap: two
+runs that read "free" before either writes could both write. After writing, a run waits
+CONFIRM_AFTER_S (far longer than a read-then-write takes) and re-reads; the later writer wins
+and the other gives up. If both still passed, the overwritten run finds the other holder at
+its next renewal, within RENEW_EVERY_S, and its lease is lost. A lost lease (taken over, or
+not renewed in time) is kept in `Lease.lost`; every later manifest write raises `LeaseLost`
+with it, and the run checks it to stop. Expiry compares wall clocks, so hosts sharing a server need them
+roughly in sync (well under LEASE_TTL_S). Lease writes are not flushed (the collection is Strong:
+every reader sees them at once), which spares the server's flush budget; a lease row lost to a
+server crash makes its holder stop at its next renewal.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable
+
+from ingest.manifest import Entry
+from ingest.store import SOURCE_MAX, Store, StoreError
+
+SUFFIX = "__files"
+PROPS_ROLE = "ingest.role"          # property that marks a companion collection made by ingest
+LEASE_KEY, META_PREFIX, FILE_PREFIX = "lease", "meta:", "file:"
+LEASE_TTL_S = 60.0
+RENEW_EVERY_S = 10.0
+CONFIRM_AFTER_S = 0.5
+_DUMMY = [0.0, 0.0]
+_FIELDS = ["source", "size", "mtime_ns", "file_hash", "status", "chunks", "format", "settings"]
+
+
+class LeaseLost(StoreError):
+    """This run no longer holds its collection's lease: the run must stop (not fail one file)."""
+
+
+def companion_name(collection: str) -> str:
+    return collection + SUFFIX
+
+
+def _file_key(source: str) -> str:
+    return FILE_PREFIX + hashlib.blake2b(source.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _brief(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
+
+
+def _row(key: str, **fields: Any) -> dict[str, Any]:
+    """A full row: every field present (Milvus upserts whole rows), the unused ones empty."""
+    row = {"key": key, "vector": _DUMMY, "source": "", "size": 0, "mtime_ns": 0, "file_hash": "", "status": "",
+           "chunks": 0, "format": "", "settings": "", "value": "", "updated": time.time()}
+    row.update(fields)
+    return row
+
+
+def ensure_companion(store: Store) -> str:
+    """Create `<collection>__files` on first use (refusing a foreign one of that name); return its name."""
+    name = companion_name(store.collection)
+    if not store.call("look up the manifest collection", "has_collection", name):
+        from pymilvus import DataType, MilvusClient
+
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=64)
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=len(_DUMMY))
+        schema.add_field("source", DataType.VARCHAR, max_length=SOURCE_MAX)
+        schema.add_field("size", DataType.INT64)
+        schema.add_field("mtime_ns", DataType.INT64)
+        schema.add_field("file_hash", DataType.VARCHAR, max_length=128)
+        schema.add_field("status", DataType.VARCHAR, max_length=32)
+        schema.add_field("chunks", DataType.INT64)
+        schema.add_field("format", DataType.VARCHAR, max_length=256)
+        schema.add_field("settings", DataType.VARCHAR, max_length=65535)
+        schema.add_field("value", DataType.VARCHAR, max_length=65535)      # a meta value or the lease
+        schema.add_field("updated", DataType.DOUBLE)
+        index = store.client.prepare_index_params()
+        index.add_index("vector", index_type="AUTOINDEX", metric_type="L2")
+        try:
+            store.call("create the manifest collection", "create_collection", name, schema=schema,
+                       index_params=index, consistency_level="Strong", properties={PROPS_ROLE: "manifest"})
+        except StoreError:
+            if not store.call("look up the manifest collection", "has_collection", name):
+                raise                                           # else another run created it meanwhile
+    props = store.call("describe the manifest collection", "describe_collection", name).get("properties") or {}
+    if props.get(PROPS_ROLE) != "manifest":
+        raise StoreError(f"collection {name!r} in {store.uri} was not made by ingest; choose another --collection")
+    store.call("load the manifest collection", "load_collection", name)
+    return name
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a lease, and until when (epoch seconds)."""
+    host: str
+    pid: int
+    run: str
+    since: float
+    expires: float
+
+    def stale(self, now: float) -> bool:
+        """Expired, or held by a process of this host that no longer exists."""
+        return self.expires < now or (self.host == socket.gethostname() and not _alive(self.pid))
+
+    def describe(self) -> str:
+        return (f"the run on {self.host} (pid {self.pid}) since "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.since))}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:          # another user's process
+        return True
+    return True
+
+
+def read_lease(store: Store) -> Holder | None:
+    """The lease row of `store`'s collection, if any (the companion collection must exist)."""
+    rows = store.call("read the lease", "get", companion_name(store.collection), ids=[LEASE_KEY],
+                      output_fields=["value"])
+    return Holder(**json.loads(rows[0]["value"])) if rows else None
+
+
+class Lease:
+    """This run's hold on a server collection; `acquire` takes it, `release` gives it back."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.name = companion_name(store.collection)
+        now = time.time()
+        self.me = Holder(socket.gethostname(), os.getpid(), uuid.uuid4().hex, now, now + LEASE_TTL_S)
+        self.lost: str | None = None                 # why the lease was lost; None while held
+        self._stop = threading.Event()
+        self._lock = threading.Lock()                # a renewal and the release never overlap
+
+    @classmethod
+    def acquire(cls, store: Store) -> Lease:
+        """Take the lease of `store`'s collection or raise StoreError naming its holder; renew it from then on."""
+        ensure_companion(store)
+        lease = cls(store)
+        holder = read_lease(store)
+        if holder is not None and not holder.stale(time.time()):
+            raise lease._in_use(holder)
+        lease._write()
+        time.sleep(CONFIRM_AFTER_S)
+        holder = read_lease(store)
+        if holder is None or holder.run != lease.me.run:        # another run wrote after us: it wins
+            raise lease._in_use(holder)
+        threading.Thread(target=lease._renew_loop, name="ingest-lease", daemon=True).start()
+        return lease
+
+    def check(self) -> None:
+        """Raise LeaseLost if the lease was lost (another run took the collection, or renewal failed)."""
+        if self.lost:
+            raise LeaseLost(self.lost)
+
+    def release(self) -> None:
+        """Stop renewing and delete the lease row if it is still ours (a failure here only lets it expire)."""
+        self._stop.set()
+        with self._lock:
+            if self.lost:
+                return
+            try:
+                holder = read_lease(self.store)
+                if holder is not None and holder.run == self.me.run:
+                    self.store.call("release the lease", "delete", self.name, ids=[LEASE_KEY])
+            except Exception:
+                pass                 # the row expires after LEASE_TTL_S; a rerun on this host takes it at once
+
+    def _in_use(self, holder: Holder | None) -> StoreError:
+        who = holder.describe() if holder else "another run"
+        return StoreError(f"collection {self.store.collection!r} on {self.store.uri} is in use by {who}; wait "
+                          f"for it to finish (the lease of a run that died expires within {LEASE_TTL_S:.0f} s)")
+
+    def _write(self) -> None:
+        self.me = Holder(**{**asdict(self.me), "expires": time.time() + LEASE_TTL_S})
+        self.store.call("write the lease", "upsert", self.name,
+                        [_row(LEASE_KEY, value=json.dumps(asdict(self.me)))])
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(RENEW_EVERY_S) and not self.lost:
+            with self._lock:
+                if not self._stop.is_set():
+                    self._renew()
+
+    def _renew(self) -> None:
+        where = f"collection {self.store.collection!r} on {self.store.uri}"
+        try:
+            holder = read_lease(self.store)
+            if holder is None or holder.run != self.me.run:
+                other = holder.describe() if holder else "nobody (the lease row was deleted)"
+                self.lost = (f"{where} was taken over by {other} while this run held it; "
+                             "run one ingest at a time per collection, then rerun")
+                return
+            self._write()
+        except Exception as exc:
+            if time.time() + RENEW_EVERY_S >= self.me.expires:
+                self.lost = (f"{where}: could not renew this run's lease in time ({_brief(exc)}); "
+                             "check the server, then rerun")
+
+
+class ServerManifest:
+    """The manifest of a server collection (same interface as `SqliteManifest`); writes need the lease."""
+
+    def __init__(self, store: Store, lease: Lease):
+        self.store, self.lease = store, lease
+        self.name = companion_name(store.collection)
+
+    def close(self) -> None:
+        """Nothing to close: the client is the store's, the lease the collection's."""
+
+    def get_meta(self, key: str) -> str | None:
+        rows = self.store.call("read the manifest", "get", self.name, ids=[META_PREFIX + key],
+                               output_fields=["value"])
+        return rows[0]["value"] if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._write([_row(META_PREFIX + key, value=value)])
+
+    def all(self) -> dict[str, Entry]:
+        it = self.store.call("read the manifest", "query_iterator", self.name, batch_size=1000,
+                             filter=f'key like "{FILE_PREFIX}%"', output_fields=_FIELDS)
+        out: dict[str, Entry] = {}
+        try:
+            while batch := it.next():
+                out.update((r["source"], Entry(**{f: r[f] for f in _FIELDS})) for r in batch)
+        except Exception as exc:
+            raise StoreError(f"cannot read the manifest {self.name!r} on {self.store.uri}: {_brief(exc)}; "
+                             "check the server, then rerun") from None
+        finally:
+            it.close()
+        return out
+
+    def record(self, entries: Iterable[Entry]) -> None:
+        """Upsert entries and flush: durable before it returns (call only after their rows are flushed)."""
+        self._write([_row(_file_key(e.source), **asdict(e)) for e in entries])
+
+    def remove(self, sources: Iterable[str]) -> None:
+        keys = [_file_key(s) for s in sources]
+        if keys:
+            self.lease.check()
+            self.store.call("delete manifest entries", "delete", self.name, ids=keys)
+            self.store.call("flush the manifest", "flush", self.name)
+
+    def clear(self) -> None:
+        """Delete every entry and meta value; the lease stays."""
+        self.lease.check()
+        self.store.call("clear the manifest", "delete", self.name, filter=f'key != "{LEASE_KEY}"')
+        self.store.call("flush the manifest", "flush", self.name)
+
+    def _write(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self.lease.check()
+            self.store.call(f"record {len(rows)} manifest entries", "upsert", self.name, rows)
+            self.store.call("flush the manifest", "flush", self.name)

@@ -28,7 +28,7 @@ DEFAULTS: dict[str, Any] = {
         "plugins": [],
         "txt": {"workers": 1, "timeout_s": 60.0},
         "pdf": {"workers": 2, "timeout_s": 120.0, "ocr": "auto", "passwords": []},
-        "ocr": {"workers": 1, "timeout_s": 60.0, "dpi": 200, "backend": "rapidocr",
+        "ocr": {"workers": 2, "timeout_s": 60.0, "dpi": 200, "backend": "rapidocr",
                 "paddle_model_dir": ""},
         "docx": {"workers": 1, "timeout_s": 60.0},
         "pptx": {"workers": 1, "timeout_s": 60.0},

@@ -43,6 +43,7 @@ class Finished:
     pages: tuple[PageChunks, ...] = ()  # in page order; empty unless ingested
     old_hash: str | None = None         # the manifest's hash of the version in the store
     record: bool = False                # write a manifest entry once the rows are stored
+    drop: bool = False                  # remove the rows and entry of an earlier version (now skipped)
 
     def chunk_texts(self) -> list[tuple[int | None, str]]:
         """(page, text) for every chunk, in page order, then chunk order."""

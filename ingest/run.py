@@ -251,8 +251,12 @@ class Run:
             self._complete(pages.finish())
 
     def _complete(self, file: Finished) -> None:
-        """Hand a finished file to the reorder buffer; feed the encoder every file that is next in order."""
+        """Hand a finished file to the reorder buffer; feed the encoder every file that is next in order.
+        A file skipped now (emptied, a link now leading outside) loses the rows of its earlier version."""
         self._pending.pop(file.ref.seq, None)
+        if file.outcome.status == "skipped" and file.ref.source in self.col.known:
+            note = "its rows from an earlier run were removed"
+            file = replace(file, drop=True, outcome=replace(file.outcome, warnings=file.outcome.warnings + (note,)))
         for ready in self._reorder.put(file.ref.seq, file):
             self.stage.feed.put(ready)
         if self._reorder.next == self._total:

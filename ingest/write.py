@@ -11,7 +11,9 @@ NOTE (failures): a failure belongs to one file. A batch the store refuses (Store
 is retried file by file, and only the files whose own rows are refused fail; a file whose
 chunks could not be encoded fails through `fail()`. A failed file's queued rows are
 dropped; if some of its rows were already stored (a big file is written in parts), all
-its rows and its manifest entry are removed, so the next run redoes it from scratch. A
+its rows and its manifest entry are removed, so the next run redoes it from scratch (so are
+those of a file that is skipped now but was ingested before: emptied, or a link now leading
+outside the folder). A
 StoreError that is not a refusal (server gone, timeout) propagates and stops the run.
 """
 from __future__ import annotations
@@ -120,7 +122,8 @@ class Writer:
             self.store.flush()
         failed_here = {f.ref.source for f in self.files if f.ref.source in self._failed}
         done = [self._settle(f) for f in self.files]
-        removed = [f.ref.source for f in done if f.ref.source in failed_here and f.ref.source in self._partial]
+        removed = [f.ref.source for f in done
+                   if f.drop or (f.ref.source in failed_here and f.ref.source in self._partial)]
         changed = [f for f in done if f.outcome.status == "ingested" and f.old_hash and f.old_hash != f.ref.file_hash]
         for f in changed:
             self.store.delete_stale(f.ref.source, f.ref.file_hash)

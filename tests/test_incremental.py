@@ -33,7 +33,7 @@ def rows_by_source(work: Path) -> dict[str, set[str]]:
 
 def test_incremental_change_touch_prune_and_settings(work: Path) -> None:
     docs = work / "docs"
-    for i, s in enumerate(SENTENCES[:3]):
+    for i, s in enumerate(SENTENCES[:4]):
         (docs / f"f{i}.txt").write_text(" ".join([s] * 3))
     first = run(docs, work, config=SMALL_CHUNKS)
     assert first.rc == 0, first.stderr
@@ -48,12 +48,15 @@ def test_incremental_change_touch_prune_and_settings(work: Path) -> None:
     (docs / "f0.txt").write_text(SENTENCES[3])                              # changed content
     os.utime(docs / "f1.txt", ns=(time.time_ns(), time.time_ns() + 10**9))  # touched only
     (docs / "f2.txt").unlink()                                              # removed
+    (docs / "f3.txt").write_text("  \n")                                    # emptied (was ingested)
     changed = run(docs, work, config=SMALL_CHUNKS)
     files = changed.by_path()
     assert files["f0.txt"]["status"] == "ingested" and files["f1.txt"]["status"] == "unchanged"
+    assert files["f3.txt"]["status"] == "skipped" and "were removed" in files["f3.txt"]["warnings"][0]
     hashes = rows_by_source(work)
     assert len(hashes["f0.txt"]) == 1                                       # only the new version's rows
     assert "f2.txt" in hashes                                               # kept until --prune
+    assert "f3.txt" not in hashes                                           # an emptied file's rows go
     pruned = run(docs, work, "--prune", config=SMALL_CHUNKS)
     assert pruned.report["totals"]["pruned"] == 1
     assert "f2.txt" not in rows_by_source(work)
@@ -63,7 +66,7 @@ def test_incremental_change_touch_prune_and_settings(work: Path) -> None:
     other = run(docs, work, config="[chunking]\nchunk_tokens = 40\noverlap_tokens = 4\n")
     assert other.rc == 2 and "--reembed" in other.stderr and other.stderr.strip().count("\n") == 0
     redo = run(docs, work, "--reembed", config="[chunking]\nchunk_tokens = 40\noverlap_tokens = 4\n")
-    assert redo.rc == 0 and {f["status"] for f in redo.report["files"]} == {"ingested"}
+    assert redo.rc == 0 and {f["status"] for f in redo.report["files"]} == {"ingested", "skipped"}
     assert len(row_ids(work)) == redo.report["totals"]["chunks"]
 
 

@@ -74,7 +74,7 @@ class EncodeStage:
                     offset = 0
                     for p, vectors in pool.encode_groups(chain([(part, texts)], groups),
                                                          on_failed=lambda *f: failures.append(f)):
-                        if np.isnan(vectors).any():
+                        if failures and np.isnan(vectors).any():
                             self.writer.fail(p.file, _failure_text(failures, offset, p))
                         offset += len(p.chunks)
                         self.writer.add(p.file, p.start, p.chunks, vectors, p.last)

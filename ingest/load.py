@@ -19,8 +19,10 @@ from importlib import import_module
 from pathlib import Path
 
 from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, page_chunks
+from ingest.config import ConfigError
 from ingest.files import FileRef, Finished, Outcome
-from ingest.loaders import LoaderError, LoaderOptions, Unsupported, loader_for, pool_for
+from ingest.loaders import LoaderError, LoaderOptions, Unsupported, formats, loader_for, pool_for
+from ingest.store import FORMAT_MAX
 from ingest.workers.failure import Failure
 from ingest.workers.limits import limit_memory
 from ingest.workers.pool import Pools
@@ -51,10 +53,25 @@ def init_loader_process(plugins: tuple[str, ...], memory_mb: int) -> None:
     """Pool initializer: cap the worker's memory, register the built-in loaders and the plugins'."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     limit_memory(memory_mb)
+    import_plugins(plugins)
+
+
+def import_plugins(plugins: tuple[str, ...]) -> None:
+    """Register the built-in loaders and import the [loaders] plugins; a bad plugin is a one-line
+    ConfigError (the run checks them first, so it stops before anything starts)."""
     import ingest.loaders  # noqa: F401  (registers the built-in formats)
 
     for name in plugins:
-        import_module(name)
+        try:
+            import_module(name)
+        except Exception as exc:
+            raise ConfigError(f"plugin module {name!r} in [loaders] plugins failed to import "
+                              f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); fix it or remove it"
+                              ) from None
+    for fmt in formats():
+        if len(fmt.encode()) > FORMAT_MAX:
+            raise ConfigError(f"a plugin registers format {fmt!r}, longer than the store's {FORMAT_MAX} bytes; "
+                              "give it a shorter name")
 
 
 def file_hash(path: str) -> str:

@@ -25,7 +25,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, replace
-from importlib import import_module
 from pathlib import Path
 from typing import Any, Union
 
@@ -38,8 +37,7 @@ from ingest.progress import Progress
 from ingest.report import build_report, default_report_path, summary, write_report
 from ingest.scan import scan
 from ingest.sniff import sniff
-from ingest.loaders import formats
-from ingest.store import FORMAT_MAX, StoreError
+from ingest.store import StoreError
 from ingest.workers.failure import Failure
 from ingest.workers.pool import Pools
 from ingest.workers.reorder import Reorder
@@ -109,7 +107,7 @@ class Run:
         started = time.perf_counter()
         cfg = self.cfg
         plugins = tuple(cfg["loaders"]["plugins"])
-        _import_plugins(plugins)
+        load.import_plugins(plugins)
         self.col = col = open_collection(cfg, self.reembed)
         self.loader_options, self.ocr_options = loader_options(cfg), ocr_options(cfg)
         if cfg["limits"]["worker_memory_mb"]:
@@ -309,17 +307,3 @@ class Run:
         if chunks and self.writer.seconds:
             rates["write"] = self.writer.rows_written / self.writer.seconds
         return rates
-
-
-def _import_plugins(plugins: tuple[str, ...]) -> None:
-    """Import [loaders] plugins here first, so a bad one is one line before anything starts."""
-    for name in plugins:
-        try:
-            import_module(name)
-        except Exception as exc:
-            raise RunError(f"plugin module {name!r} in [loaders] plugins failed to import "
-                           f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); fix it or remove it") from None
-    for fmt in formats():
-        if len(fmt.encode()) > FORMAT_MAX:
-            raise RunError(f"a plugin registers format {fmt!r}, longer than the store's {FORMAT_MAX} bytes; "
-                           "give it a shorter name")

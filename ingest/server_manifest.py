@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from ingest.manifest import Entry
-from ingest.store import SOURCE_MAX, Store, StoreError
+from ingest.store import SOURCE_MAX, Store, StoreError, one_line
 
 SUFFIX = "__files"
 PROPS_ROLE = "ingest.role"          # property that marks a companion collection made by ingest
@@ -60,10 +60,6 @@ def companion_name(collection: str) -> str:
 
 def _file_key(source: str) -> str:
     return FILE_PREFIX + hashlib.blake2b(source.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-def _brief(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
 def _row(key: str, **fields: Any) -> dict[str, Any]:
@@ -217,7 +213,7 @@ class Lease:
             self._write()
         except Exception as exc:
             if time.time() + RENEW_EVERY_S >= self.me.expires:
-                self.lost = (f"{where}: could not renew this run's lease in time ({_brief(exc)}); "
+                self.lost = (f"{where}: could not renew this run's lease in time ({one_line(exc)}); "
                              "check the server, then rerun")
 
 
@@ -247,7 +243,7 @@ class ServerManifest:
             while batch := it.next():
                 out.update((r["source"], Entry(**{f: r[f] for f in _FIELDS})) for r in batch)
         except Exception as exc:
-            raise StoreError(f"cannot read the manifest {self.name!r} on {self.store.uri}: {_brief(exc)}; "
+            raise StoreError(f"cannot read the manifest {self.name!r} on {self.store.uri}: {one_line(exc)}; "
                              "check the server, then rerun") from None
         finally:
             it.close()

@@ -4,8 +4,8 @@ For the built-in formats the content decides, not the extension: the first bytes
 HEAD_BYTES), a ZIP's directory or a compound file's directory tell a PDF, DOCX, PPTX, DOC, PPT,
 image or text file apart, so this stays cheap enough for the dispatcher's thread. A file read by
 its content despite its name gets a warning. Text-encoding knowledge (BOMs, BOM-less UTF-16) comes
-from the text loader. Then the size limit, and the manifest: a file whose size and mtime are
-unchanged is done here.
+from the text loader. Before any of that, the manifest: a file whose size and mtime are unchanged
+is done here without being opened; after it, the size limit.
 """
 from __future__ import annotations
 
@@ -144,7 +144,12 @@ def _ole_format(path: Path, claimed: str | None) -> str:
 def sniff(ref: FileRef, known: Entry | None, settings: str, max_file_mb: float) -> FileRef | Finished:
     """The step before loading: `ref` with its format (and a warning when its content contradicts
     its name), or the Finished file when it needs no loader (unsupported, empty, unreadable or
-    damaged, over max_file_mb, or unchanged by size and mtime)."""
+    damaged, over max_file_mb, or unchanged by size and mtime, which is decided first: an unchanged
+    file is not opened)."""
+    if (known is not None and known.status == "ingested" and known.settings == settings
+            and (known.size, known.mtime_ns) == (ref.size, ref.mtime_ns)):       # not even opened
+        return Finished(replace(ref, fmt=known.format, file_hash=known.file_hash),
+                        Outcome("unchanged", chunks=known.chunks))
     ext = PurePosixPath(ref.source).suffix.lower()        # the name in the folder, not a followed link's target
     claimed = format_for_extension(ext)
     guess = replace(ref, fmt=claimed or ext.lstrip(".") or "unknown")
@@ -160,7 +165,4 @@ def sniff(ref: FileRef, known: Entry | None, settings: str, max_file_mb: float) 
     if ref.size > max_file_mb * 1e6:
         return Finished(ref, Outcome("failed", f"file is {ref.size / 1e6:.0f} MB, over [limits] max_file_mb = "
                                                f"{max_file_mb:g}; raise the limit to ingest it"))
-    if (known is not None and known.status == "ingested" and known.settings == settings
-            and (known.size, known.mtime_ns) == (ref.size, ref.mtime_ns)):
-        return Finished(replace(ref, file_hash=known.file_hash), Outcome("unchanged", chunks=known.chunks))
     return ref

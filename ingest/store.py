@@ -70,7 +70,7 @@ class Store:
                 self._client = MilvusClient(str(Path(self.uri).resolve()) if is_local(self.uri) else self.uri,
                                             timeout=self.timeout_s)
             except Exception as exc:
-                raise StoreError(f"cannot open store {self.uri}: {_one_line(exc)}; check that the server is "
+                raise StoreError(f"cannot open store {self.uri}: {one_line(exc)}; check that the server is "
                                  "running and reachable, then rerun") from None
             self._pid = os.getpid()
         return self._client
@@ -83,9 +83,9 @@ class Store:
             return getattr(client, method)(*args, timeout=self.timeout_s, **kwargs)
         except Exception as exc:
             if self._answers():
-                raise StoreRejected(f"the store refused to {what}: {_one_line(exc)}") from None
+                raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None
             raise StoreError(f"store {self.uri} did not answer (trying to {what}, timeout {self.timeout_s:g} s): "
-                             f"{_one_line(exc)}; check the server, then rerun: the rerun resumes") from None
+                             f"{one_line(exc)}; check the server, then rerun: the rerun resumes") from None
 
     def _answers(self) -> bool:
         try:
@@ -213,7 +213,7 @@ class Store:
                  "text": h["entity"]["text"]} for h in hits]
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     """The useful part of a pymilvus or gRPC error, on one line."""
     text = " ".join(str(exc).split())
     found = re.search(r'details = "([^"]+)"', text) or re.search(r"message=(.+?)\)>", text)

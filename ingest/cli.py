@@ -31,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--prune", action="store_true", help="remove chunks of files that no longer exist")
     run.add_argument("--reembed", action="store_true",
                      help="drop the collection and re-embed everything (after a model or chunking change)")
+    run.add_argument("--backend", choices=("auto", "torch", "onnx", "onnx-int8", "openvino"),
+                     help="encode backend (default: [model] backend, \"auto\")")
     run.add_argument("--devices", help='encode devices: "auto", or a comma list such as cuda:0,cuda:1 or cpu,cpu')
     search = sub.add_parser("search", parents=[common], help="search the store")
     search.add_argument("query")
@@ -43,7 +45,8 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     from ingest.config import load_config
 
     path = args.config or ("config.toml" if Path("config.toml").is_file() else None)
-    overrides = {"store.uri": args.store, "store.collection": args.collection, "model.name": args.model}
+    overrides = {"store.uri": args.store, "store.collection": args.collection, "model.name": args.model,
+                 "model.backend": getattr(args, "backend", None)}
     if getattr(args, "devices", None):
         overrides["model.devices"] = "auto" if args.devices == "auto" else args.devices.split(",")
     return load_config(path, {k: v for k, v in overrides.items() if v is not None})
@@ -84,14 +87,19 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = _parser().parse_args(argv)
+    from ingest.backends import BackendError
     from ingest.config import ConfigError
     from ingest.model_ref import ModelNotFound
     from ingest.store import StoreError
-    from ingest.run import RunError
 
+    errors: tuple[type[Exception], ...] = (ConfigError, StoreError, ModelNotFound, BackendError, _UserError)
+    if args.command == "run":
+        from ingest.run import RunError      # not for search: ingest.run's imports cost time
+
+        errors += (RunError,)
     try:
         return _run(args) if args.command == "run" else _search(args)
-    except (ConfigError, StoreError, ModelNotFound, RunError, _UserError) as exc:
+    except errors as exc:
         print(f"ingest: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

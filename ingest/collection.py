@@ -1,6 +1,6 @@
 """The collection a run writes to: the Milvus store and its manifest, opened and owned together,
-and the settings every row in it shares (model and chunking). A run with other settings is
-refused unless it re-embeds, so vectors of two models never share a collection.
+and the settings every row in it shares (model, backend and chunking). A run with other settings
+is refused unless it re-embeds, so vectors of two models or two backends never share a collection.
 
 Ownership: a Milvus Lite file allows one process, so the run flocks it and keeps the manifest
 in SQLite beside it. A server is shared by machines, so the run holds a lease on the
@@ -12,6 +12,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from ingest.backends import choose, model_file
 from ingest.chunk import ChunkSpec
 from ingest.manifest import Entry, Manifest, SqliteManifest, manifest_path
 from ingest.model_ref import ModelRef, resolve_model
@@ -22,6 +23,7 @@ from ingest.store import Store, StoreError, is_local
 @dataclass
 class Collection:
     model: ModelRef
+    backend: str                   # "torch", "onnx" or "onnx-int8" (never "auto")
     spec: ChunkSpec
     settings: str                  # JSON of what must match for rows to be reused
     store: Store
@@ -60,18 +62,27 @@ class Collection:
 
 def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
     """Resolve the model, own the store (Lite: flock, SQLite manifest; server: lease, manifest in the
-    server), then empty both when `reembed`, else refuse other model or chunking settings."""
+    server), choose the backend ("auto": the collection's own), then empty both when `reembed`, else
+    refuse other model, backend or chunking settings."""
     model = resolve_model(cfg["model"]["name"])
     ch = cfg["chunking"]
     spec = ChunkSpec(model.tokenizer_file, model.max_seq_length, ch["chunk_tokens"], ch["overlap_tokens"])
-    settings = json.dumps({"model": model.name, "chunk_tokens": ch["chunk_tokens"],
-                           "overlap_tokens": ch["overlap_tokens"], "max_seq_length": model.max_seq_length},
-                          sort_keys=True)
     store = Store(cfg["store"]["uri"], cfg["store"]["collection"], cfg["store"]["timeout_s"])
     with ExitStack() as undo:                  # on any error, give back what was taken
         undo.callback(store.close)
         store.lock()                           # a no-op for a server
         _refuse_foreign(store, reembed)
+        recorded = None if reembed else store.recorded()
+        backend = choose(cfg["model"]["backend"], model, recorded[2] if recorded else None, cfg["model"]["devices"])
+        if recorded and recorded[0] == model.name and recorded[2] != backend:
+            raise StoreError(f"collection {store.collection!r} holds {recorded[2]} vectors, not {backend} (backend); "
+                             "rerun with --reembed to re-embed everything, or use another --collection")
+        model_file(model, backend)             # an ONNX backend: exported (once) and guarded, or refused now
+        shared = {"model": model.name, "chunk_tokens": ch["chunk_tokens"], "overlap_tokens": ch["overlap_tokens"],
+                  "max_seq_length": model.max_seq_length}
+        if backend != "torch":                 # torch collections keep the settings they had before backends
+            shared["backend"] = backend
+        settings = json.dumps(shared, sort_keys=True)
         lease = None
         if is_local(store.uri):
             manifest: Manifest = SqliteManifest(manifest_path(store.uri, store.collection))
@@ -82,7 +93,7 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
         undo.callback(manifest.close)
         _reset_or_match(store, manifest, model.name, settings, reembed)
         manifest.set_meta("settings", settings)
-        collection = Collection(model, spec, settings, store, manifest, manifest.all(), lease)
+        collection = Collection(model, backend, spec, settings, store, manifest, manifest.all(), lease)
         undo.pop_all()
         return collection
 

@@ -17,7 +17,7 @@ else:  # pragma: no cover
 FORMAT_POOLS = ("txt", "pdf", "ocr", "docx", "pptx")
 
 DEFAULTS: dict[str, Any] = {
-    "model": {"name": "default", "devices": "auto", "dtype": "auto", "batch_size": 64,
+    "model": {"name": "default", "backend": "auto", "devices": "auto", "dtype": "auto", "batch_size": 64,
               "tokenizer_workers": 1, "timeout_s": 300.0, "max_attempts": 3},
     "chunking": {"chunk_tokens": 200, "overlap_tokens": 30},
     "store": {"uri": "./ingest.db", "collection": "documents", "batch_size": 512, "timeout_s": 60.0},
@@ -38,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
 
 CHOICES = {
     "model.dtype": ("auto", "float32", "float16", "bfloat16"),
+    "model.backend": ("auto", "torch", "onnx", "onnx-int8", "openvino"),
     "loaders.pdf.ocr": ("auto", "always", "never"),
     "loaders.ocr.backend": ("rapidocr", "paddleocr"),
     "run.follow_symlinks": ("inside", "all", "none"),

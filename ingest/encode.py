@@ -57,7 +57,7 @@ class EncodeStage:
                 self._pool.set_result(EncodePool(
                     self.model, devices=m["devices"], batch_size=m["batch_size"],
                     dtype=None if m["dtype"] == "auto" else m["dtype"], tokenizer_workers=m["tokenizer_workers"],
-                    timeout_s=m["timeout_s"], max_attempts=m["max_attempts"]))
+                    timeout_s=m["timeout_s"], max_attempts=m["max_attempts"], backend=m["backend"]))
             except BaseException as exc:
                 self._pool.set_exception(exc)
         threading.Thread(target=make, name="ingest-encoder-start", daemon=True).start()

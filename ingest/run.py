@@ -120,9 +120,10 @@ class Run:
         files = list(scan(self.root, cfg["run"]["follow_symlinks"]))
         self.progress = Progress(len(files), self.quiet)
         self.writer = Writer(col.store, col.manifest, col.model.name, col.settings, cfg["store"]["batch_size"],
-                             max(1, cfg["run"]["max_files_in_flight"] // 2), lambda f: self.events.put(Written(f)))
-        self.stage = EncodeStage(col.model, cfg["model"], self.writer, lambda e: self.events.put(EncodeFailed(e)),
-                                 self.stopping)
+                             max(1, cfg["run"]["max_files_in_flight"] // 2), lambda f: self.events.put(Written(f)),
+                             col.backend)
+        self.stage = EncodeStage(col.model, {**cfg["model"], "backend": col.backend}, self.writer,
+                                 lambda e: self.events.put(EncodeFailed(e)), self.stopping)
         thread = threading.Thread(target=self.stage.run, name="ingest-encode", daemon=True)
         thread.start()
         old_int, old_term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
@@ -149,7 +150,8 @@ class Run:
                               {"not_started": len(files) - len(written), "pruned": pruned,
                                "interrupted": self.stopping.is_set(), "stopped_by": str(fatal) if fatal else None,
                                "pools_replaced": self.pools.replaced,
-                               "store": col.store.uri, "collection": col.store.collection, "model": col.model.name})
+                               "store": col.store.uri, "collection": col.store.collection, "model": col.model.name,
+                               "backend": col.backend})
         write_report(report, self.report_path)
         col.close(release=not isinstance(fatal, StoreError))
         if not self.quiet:

@@ -1,9 +1,17 @@
-"""`ingest search`: embed the query with the collection's own model, then a COSINE search."""
+"""`ingest search`: embed the query with the collection's own model and backend, then a COSINE search.
+
+ONNX and OpenVINO collections embed the query in this process with their own export and runtime:
+no torch, no sentence-transformers, so a search answers in about a second. A torch collection uses the ONNX
+fp32 export when its guard passed (cosine >= 0.9999 to torch on the probe texts; exported once,
+on the first search), else torch itself.
+"""
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from ingest.model_ref import resolve_model
+from ingest.backends import BackendError, ensure_export, export_dir, model_file
+from ingest.model_ref import ModelRef, resolve_model
 from ingest.store import Store, StoreError
 
 
@@ -11,17 +19,36 @@ def search(uri: str, collection: str, query: str, k: int, model: str | None = No
     store = Store(uri, collection)
     store.lock()
     try:
-        recorded = store.recorded_model()
+        recorded = store.recorded()
         if recorded is None:
             raise StoreError(f"collection {collection!r} in {uri} is empty or missing; run `ingest run FOLDER` first")
         ref = resolve_model(model or recorded[0])
-        from sentence_transformers import SentenceTransformer
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-
-        vector = SentenceTransformer(ref.path, device="cpu").encode([query], normalize_embeddings=True)[0]
-        return store.search(vector.tolist(), k)
+        return store.search(embed_query(ref, recorded[2], query).tolist(), k)
     finally:
         store.close()
+
+
+def embed_query(ref: ModelRef, backend: str, query: str):
+    """The normalized embedding of `query` as `backend` makes it (float32, dim)."""
+    path = model_file(ref, backend) if backend != "torch" else _fp32_if_exact(ref)
+    if path:
+        from ingest.workers.encode.onnx_model import OnnxModel, tokenize
+
+        ids, lengths = tokenize(ref.tokenizer_file, ref.max_seq_length, [query])
+        runtime = "openvino" if backend == "openvino" else "onnxruntime"
+        return OnnxModel(path, threads=os.cpu_count() or 1, runtime=runtime).embed(ids, lengths, normalize=True)[0]
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    return SentenceTransformer(ref.path, device="cpu").encode([query], normalize_embeddings=True)[0]
+
+
+def _fp32_if_exact(ref: ModelRef) -> str:
+    """The ONNX fp32 file standing in for torch if its guard passed, else "" (export failed: torch)."""
+    try:
+        entry = ensure_export(ref)["onnx"]
+    except BackendError:
+        return ""
+    return str(export_dir(ref) / entry["file"]) if entry["ok"] else ""

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-PROPS_MODEL, PROPS_DIM = "ingest.model", "ingest.dim"
+PROPS_MODEL, PROPS_DIM, PROPS_BACKEND = "ingest.model", "ingest.dim", "ingest.backend"
 TEXT_MAX = 65535          # bytes of UTF-8 in a chunk's text
 SOURCE_MAX = 4096         # bytes of UTF-8 in a file's source path
 FORMAT_MAX = 16           # bytes in a format name
@@ -131,24 +131,32 @@ class Store:
         return self.call("look up the collection", "has_collection", self.collection)
 
     def recorded_model(self) -> tuple[str, int] | None:
+        """(model, dim) of a collection ingest made; None if missing or not ingest's."""
+        recorded = self.recorded()
+        return None if recorded is None else recorded[:2]
+
+    def recorded(self) -> tuple[str, int, str] | None:
+        """(model, dim, backend) of a collection ingest made (backend "torch" when not recorded:
+        collections made before backends existed); None if missing or not ingest's."""
         if not self.exists():
             return None
         props = self.call("describe the collection", "describe_collection", self.collection).get("properties") or {}
         if PROPS_MODEL not in props:
             return None
-        return props[PROPS_MODEL], int(props.get(PROPS_DIM, 0))
+        return props[PROPS_MODEL], int(props.get(PROPS_DIM, 0)), props.get(PROPS_BACKEND, "torch")
 
-    def ensure_collection(self, model: str, dim: int) -> None:
-        """Create the collection on first use; refuse one built with another model or dimension."""
-        recorded = self.recorded_model()
+    def ensure_collection(self, model: str, dim: int, backend: str = "torch") -> None:
+        """Create the collection on first use; refuse one built with another model, dimension or backend."""
+        recorded = self.recorded()
         if recorded is None and self.exists():
             raise StoreError(f"collection {self.collection!r} in {self.uri} was not made by ingest; "
                              "choose another --collection")
         if recorded is not None:
-            if recorded != (model, dim):
+            if recorded != (model, dim, backend):
                 raise StoreError(
-                    f"collection {self.collection!r} holds {recorded[0]} vectors (dim {recorded[1]}), not "
-                    f"{model} (dim {dim}); rerun with --reembed to replace them, or use another --collection")
+                    f"collection {self.collection!r} holds {recorded[0]} vectors (dim {recorded[1]}, backend "
+                    f"{recorded[2]}), not {model} (dim {dim}, backend {backend}); rerun with --reembed to "
+                    "replace them, or use another --collection")
             self.call("load the collection", "load_collection", self.collection)
             return
         from pymilvus import DataType, MilvusClient
@@ -165,7 +173,7 @@ class Store:
         index = self.client.prepare_index_params()
         index.add_index("vector", index_type="AUTOINDEX", metric_type="COSINE")
         self.call("create the collection", "create_collection", self.collection, schema=schema, index_params=index,
-                  properties={PROPS_MODEL: model, PROPS_DIM: str(dim)})
+                  properties={PROPS_MODEL: model, PROPS_DIM: str(dim), PROPS_BACKEND: backend})
         self.call("load the collection", "load_collection", self.collection)
 
     def drop(self) -> None:

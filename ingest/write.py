@@ -40,9 +40,9 @@ def chunk_id(source: str, index: int, text: str) -> str:
 
 class Writer:
     def __init__(self, store: Store, manifest: Manifest, model: str, settings: str, batch_rows: int,
-                 batch_files: int, on_written: Callable[[Finished], None]):
+                 batch_files: int, on_written: Callable[[Finished], None], backend: str = "torch"):
         self.store, self.manifest = store, manifest
-        self.model, self.settings, self.batch_rows = model, settings, batch_rows
+        self.model, self.settings, self.batch_rows, self.backend = model, settings, batch_rows, backend
         self.batch_files = batch_files       # half the dispatcher's window: files must not wait on rows
         self.on_written = on_written
         self.rows: list[dict] = []
@@ -66,7 +66,7 @@ class Writer:
                                       "source": ref.source, "page": page or 0, "chunk": i, "format": ref.fmt,
                                       "file_hash": ref.file_hash})
                 if vectors.shape[0] and not self._collection_ready:
-                    self.store.ensure_collection(self.model, int(vectors.shape[1]))
+                    self.store.ensure_collection(self.model, int(vectors.shape[1]), self.backend)
                     self._collection_ready = True
             if last:
                 self.files.append(file)

@@ -77,6 +77,14 @@ def row_ids(cwd: Path) -> list[str]:
     return [r["id"] for r in store_rows(cwd)]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache of ONNX exports for the session (every run and pool exports the model once at most),
+    never the user's own (~/.cache/ingest)."""
+    os.environ.setdefault("INGEST_CACHE_DIR", str(tmp_path_factory.mktemp("ingest-cache")))
+    return Path(os.environ["INGEST_CACHE_DIR"])
+
+
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
     (tmp_path / "docs").mkdir()

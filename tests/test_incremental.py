@@ -106,7 +106,7 @@ def test_kill_and_resume_matches_a_clean_run(tmp_path: Path) -> None:
     reference = run(clean / "docs", clean, config=config)
     assert reference.rc == 0, reference.stderr
 
-    _kill_group_when(crashed, lambda: time.sleep(4))                        # during start-up
+    _kill_group_when(crashed, lambda: time.sleep(1))     # during start-up (each .slowtxt loads for 1 s)
     assert _recorded(crashed) == 0
     _kill_group_when(crashed, lambda: _wait_recorded(crashed, "d0.slowtxt"))
     assert 1 <= _recorded(crashed) < len(SENTENCES)                          # the kill landed mid-run

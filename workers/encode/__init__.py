@@ -13,7 +13,8 @@ deadline. Each run reads its input in a feeder thread; the caller's thread takes
 NOTE (devices): the parent never imports torch. "auto" starts one worker with device "auto";
 it imports torch, reports how many CUDA devices it sees (DevicesFound) before loading the
 model and takes cuda:0 (or the CPU, with all cores); the coordinator then starts one worker
-for each further CUDA device.
+for each further CUDA device. The ONNX backends (onnx, onnx-int8, openvino) run on the CPU:
+"auto" is one CPU worker, which imports its runtime, never torch.
 
 NOTE (protocol and faults)
   Channels, per encode worker: parent -> worker is a Pipe fed by a parent-side sender

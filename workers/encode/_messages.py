@@ -32,8 +32,11 @@ class WorkerSpec:
     model_path: str
     device: str                 # "auto" (first worker only), "cpu", "cuda:N"
     dtype: str | None           # None: float16 on CUDA, float32 on CPU
-    threads: int                # torch threads on CPU
+    threads: int                # torch (or ONNX Runtime) threads on CPU
     normalize: bool
+    backend: str = "torch"      # "torch"; "onnx", "onnx-int8", "openvino": model_file on the CPU, no torch
+    model_file: str = ""        # the exported .onnx file (ONNX backends)
+    max_seq_length: int = 0     # the model's (ONNX backends; torch reads it from the model)
 
 
 @dataclass(frozen=True, eq=False)

@@ -20,17 +20,24 @@ from ._messages import EncodeTask, WorkerReady, WorkerSpec
 
 
 def plan_devices(devices: str | Iterable[str] | None, model_path: str, dtype: str | None,
-                 normalize: bool) -> list[WorkerSpec]:
-    """One WorkerSpec per worker; CPU workers split the cores between them."""
-    names = ["auto"] if devices in (None, "auto") else [devices] if isinstance(devices, str) else list(devices)
+                 normalize: bool, backend: str = "torch", model_file: str = "",
+                 max_seq_length: int = 0) -> list[WorkerSpec]:
+    """One WorkerSpec per worker; CPU workers split the cores between them. The ONNX backends
+    run on the CPU: "auto" means one CPU worker there."""
+    onnx = backend != "torch"
+    auto = ["cpu"] if onnx else ["auto"]
+    names = auto if devices in (None, "auto") else [devices] if isinstance(devices, str) else list(devices)
     names = ["cuda:0" if n == "cuda" else n for n in names]
     for name in names:
         if not (name in ("auto", "cpu") or (name.startswith("cuda:") and name[5:].isdigit())):
             raise ValueError(f"device {name!r}: use \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"")
     if not names or ("auto" in names and len(names) > 1):
         raise ValueError("devices: \"auto\" or a non-empty list of devices such as [\"cuda:0\"]")
+    if onnx and any(n != "cpu" for n in names):
+        raise ValueError(f"backend {backend!r} runs on the CPU; use backend \"torch\" for CUDA devices")
     threads = max(1, usable_cores() // max(1, sum(n in ("auto", "cpu") for n in names)))
-    return [WorkerSpec(model_path, name, dtype, threads, normalize) for name in names]
+    return [WorkerSpec(model_path, name, dtype, threads, normalize, backend, model_file, max_seq_length)
+            for name in names]
 
 
 def usable_cores() -> int:

@@ -1,11 +1,12 @@
-"""Encode worker process: loads the SentenceTransformer itself and embeds pre-tokenized batches.
+"""Encode worker process: loads the model itself and embeds pre-tokenized batches.
 
 The model is loaded from the resolved local directory in this process (never pickled
 through a pipe). Each batch runs the model's own modules on the features (input_ids,
 attention_mask, and token_type_ids when the tokenizer has them) under
 torch.inference_mode, like SentenceTransformer.encode minus its tokenization. On CUDA, the
 next batch is pinned, copied and launched while the current one computes (_Runner).
-torch is imported inside functions only: the parent imports this module for `main`.
+torch is imported inside functions only: the parent imports this module for `main`. With an
+ONNX backend the worker runs OnnxRunner and never imports torch or sentence-transformers.
 Protocol and fault handling: NOTE in workers/encode/__init__.py.
 """
 from __future__ import annotations
@@ -38,10 +39,11 @@ def fault_hook_active() -> bool:
 
 class FaultHook:
     """Test hook, off unless INGEST_FAULT is set when the worker starts. Its value is a JSON rule
-    or list of rules: {"match": "POISON", "action": "hang|exit|raise|delay", "seconds": 0.3,
-    "once_file": "/tmp/x"}. Before each batch, the first rule whose `match` occurs in one of
-    the batch's texts fires: hang sleeps for ever, exit calls os._exit(3), raise raises
-    RuntimeError, delay sleeps uniform(0, seconds). With once_file, a rule fires only in the
+    or list of rules: {"match": "POISON", "action": "hang|exit|raise|delay|modules", "seconds": 0.3,
+    "once_file": "/tmp/x", "file": "/tmp/m.json"}. Before each batch, the first rule whose `match`
+    occurs in one of the batch's texts fires: hang sleeps for ever, exit calls os._exit(3), raise
+    raises RuntimeError, delay sleeps uniform(0, seconds), modules writes the names in this
+    process's sys.modules to `file` (JSON). With once_file, a rule fires only in the
     process that creates that file first, so a replacement worker does not hit it again."""
 
     def __init__(self, value: str | None):
@@ -67,6 +69,9 @@ class FaultHook:
                 raise RuntimeError(f"injected fault for {rule.get('match')!r}")
             if action == "delay":
                 time.sleep(random.uniform(0, float(rule.get("seconds", 0.1))))
+            if action == "modules":
+                with open(rule["file"], "w") as f:
+                    json.dump(sorted(sys.modules), f)
             return
 
 
@@ -148,6 +153,31 @@ class _Runner:
             os._exit(1)
 
 
+class OnnxRunner:
+    """An exported model on the CPU (ONNX Runtime; OpenVINO for backend "openvino"); the same
+    interface as _Runner with depth 1: launch() computes. Threads: the worker's share of the cores."""
+
+    depth = 1
+
+    def __init__(self, spec: WorkerSpec):
+        from .onnx_model import OnnxModel
+
+        runtime = "openvino" if spec.backend == "openvino" else "onnxruntime"
+        self.model = OnnxModel(spec.model_file, spec.threads, runtime)
+        self.normalize = spec.normalize
+        self.dim = self.model.dim
+        self.max_seq_length = spec.max_seq_length
+
+    def launch(self, task: EncodeTask):
+        return self.model.embed(task.ids, task.lengths, self.normalize)
+
+    def collect(self, handle) -> np.ndarray:
+        return handle
+
+    def recover(self, exc: Exception) -> None:
+        pass
+
+
 def _quiet_transformers() -> None:
     """No "Loading weights" progress bar from every worker on the caller's terminal."""
     try:
@@ -166,7 +196,7 @@ def main(spec: WorkerSpec, inbox: Connection, outbox: Connection) -> None:
     try:
         device = _resolve_device(spec, outbox)
         where = f"encode worker {device}"
-        runner = _Runner(spec, device)
+        runner = _Runner(spec, device) if spec.backend == "torch" else OnnxRunner(spec)
         warm_up = EncodeTask(-1, ids=np.zeros((1, 2), np.int32), lengths=np.array([2], np.int32), texts=None)
         runner.collect(runner.launch(warm_up))   # first-call costs count as start-up
     except BaseException as exc:
@@ -208,7 +238,7 @@ def _receive(inbox: Connection, block: bool) -> EncodeTask | None | bool:
         return None
 
 
-def _serve(runner: _Runner, inbox: Connection, outbox: Connection, faults: FaultHook, where: str) -> None:
+def _serve(runner: _Runner | OnnxRunner, inbox: Connection, outbox: Connection, faults: FaultHook, where: str) -> None:
     """Launch up to runner.depth batches, then report the oldest when its embeddings are back."""
     launched: deque = deque()       # (task, handle, start time), oldest first
     stopping = False

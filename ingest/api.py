@@ -34,8 +34,9 @@ class EncodePool:
     "float16" or "bfloat16". timeout_s bounds each batch from the moment a worker starts it;
     max_attempts bounds the attempts at a chunk whose worker dies or hangs. backend: "torch"
     (the reference), "onnx" (fp32, ONNX Runtime on the CPU, no torch in the workers),
-    "onnx-int8" (int8 weights: faster, cosine ~0.99 to torch; keep its vectors apart), or
-    "auto" (see ingest.backends); the ONNX exports are made once and cached.
+    "openvino" (the same export compiled by OpenVINO: bf16 on CPUs with AMX), "onnx-int8" (int8
+    weights: faster, cosine ~0.99 to torch; keep its vectors apart), or "auto" (see
+    ingest.backends); the exports are made once, guarded against torch, and cached.
     """
 
     def __init__(self, model: str | ModelRef = "default", *, devices: str | Sequence[str] = "auto",

@@ -23,7 +23,7 @@ from ingest.store import Store, StoreError, is_local
 @dataclass
 class Collection:
     model: ModelRef
-    backend: str                   # "torch", "onnx" or "onnx-int8" (never "auto")
+    backend: str                   # "torch", "onnx", "onnx-int8" or "openvino" (never "auto")
     spec: ChunkSpec
     settings: str                  # JSON of what must match for rows to be reused
     store: Store

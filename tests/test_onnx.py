@@ -36,15 +36,32 @@ def torch_rows() -> np.ndarray:
     return SentenceTransformer(resolve_model().path, device="cpu").encode(TEXTS, convert_to_numpy=True)
 
 
-def test_export_record_and_rows_against_torch(torch_rows: np.ndarray) -> None:
+def guarded(backend: str) -> None:
+    """Skip unless this CPU's export passed `backend`'s guard. The guard decides per machine (int8's
+    recipe and OpenVINO's precision depend on the CPU); onnx fp32 must always pass."""
+    entry = ensure_export(resolve_model())[backend]
+    if not entry["ok"]:
+        pytest.skip(f"{backend} refused by its guard on this CPU: {entry['reason']}")
+
+
+def test_onnx_fp32_export_rows_equal_torch(torch_rows: np.ndarray) -> None:
     record = ensure_export(resolve_model())
     assert record["onnx"]["ok"] and record["onnx"]["min"] >= 0.9999
-    assert record["onnx-int8"]["ok"] and record["onnx-int8"]["mean"] >= 0.99 and record["onnx-int8"]["min"] >= 0.97
-    assert record["openvino"]["ok"] and record["openvino"]["min"] >= 0.9999
-    for backend in ("onnx", "openvino"):
-        with EncodePool(backend=backend) as pool:
-            assert pool.backend == backend
-            assert cosines(pool.encode(TEXTS), torch_rows).min() >= 0.9999
+    with EncodePool(backend="onnx") as pool:
+        assert pool.backend == "onnx"
+        assert cosines(pool.encode(TEXTS), torch_rows).min() >= 0.9999
+
+
+def test_openvino_rows_equal_torch(torch_rows: np.ndarray) -> None:
+    guarded("openvino")
+    with EncodePool(backend="openvino") as pool:
+        assert cosines(pool.encode(TEXTS), torch_rows).min() >= 0.9999
+
+
+def test_int8_rows_within_the_guard(torch_rows: np.ndarray) -> None:
+    guarded("onnx-int8")
+    entry = ensure_export(resolve_model())["onnx-int8"]
+    assert entry["mean"] >= 0.99 and entry["min"] >= 0.97 and entry["recipe"] in [r["recipe"] for r in entry["tried"]]
     with EncodePool(backend="onnx-int8", normalize_embeddings=True) as pool:
         rows = pool.encode(TEXTS)
         assert np.allclose(np.linalg.norm(rows, axis=1), 1, atol=1e-5)
@@ -87,8 +104,10 @@ def test_a_model_that_fails_the_int8_guard_is_refused(tmp_path: Path) -> None:
     assert res.report["totals"]["backend"] in ("onnx", "openvino", "torch")
 
 
-@pytest.mark.parametrize("backend,runtime", [("onnx-int8", "onnxruntime"), ("openvino", "openvino")])
+@pytest.mark.parametrize("backend,runtime", [("onnx", "onnxruntime"), ("openvino", "openvino")])
 def test_onnx_workers_never_import_torch(tmp_path: Path, backend: str, runtime: str) -> None:
+    if backend != "onnx":
+        guarded(backend)
     dump = tmp_path / "modules.json"
     os.environ["INGEST_FAULT"] = json.dumps({"match": "SHOW-MODULES", "action": "modules", "file": str(dump)})
     try:
@@ -125,7 +144,8 @@ def test_search_per_backend_and_backend_changes(work: Path) -> None:
     (docs / "lighthouse.txt").write_text("Coastal log. The lighthouse keeper logs every passing ship, day and night.")
     (docs / "invoice.txt").write_text("Invoice 42: payment is due within thirty days of delivery.")
     (docs / "cranes.txt").write_text("Migratory cranes return to the marsh in early March.")
-    for backend in ("onnx-int8", "openvino", "onnx", "torch"):
+    record = ensure_export(resolve_model())
+    for backend in [b for b in ("onnx-int8", "openvino", "onnx", "torch") if record.get(b, {"ok": True})["ok"]]:
         res = run(docs, work, "--backend", backend, "--reembed")
         assert res.rc == 0, res.stderr
         assert res.report["totals"]["backend"] == backend
@@ -137,7 +157,7 @@ def test_search_per_backend_and_backend_changes(work: Path) -> None:
         seen = json.loads(probe.stdout.strip().splitlines()[-1])
         # torch collections too: the guarded ONNX fp32 export stands in for torch at query time
         assert seen == {"top": "lighthouse.txt", "torch": False, "st": False}, (backend, seen)
-    res = run(docs, work, "--backend", "onnx-int8")                   # a torch collection now
+    res = run(docs, work, "--backend", "onnx")                        # a torch collection now
     assert res.rc == 2 and "holds torch vectors" in res.stderr and "--reembed" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     res = run(docs, work)                                              # auto keeps the collection's backend

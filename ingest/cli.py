@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ingest.backends import CHOICES as BACKEND_CHOICES
+
 EXIT_ERROR = 2
 
 
@@ -31,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--prune", action="store_true", help="remove chunks of files that no longer exist")
     run.add_argument("--reembed", action="store_true",
                      help="drop the collection and re-embed everything (after a model or chunking change)")
-    run.add_argument("--backend", choices=("auto", "torch", "onnx", "onnx-int8", "openvino"),
+    run.add_argument("--backend", choices=BACKEND_CHOICES,
                      help="encode backend (default: [model] backend, \"auto\")")
     run.add_argument("--devices", help='encode devices: "auto", or a comma list such as cuda:0,cuda:1 or cpu,cpu')
     search = sub.add_parser("search", parents=[common], help="search the store")

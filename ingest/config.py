@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ingest.backends import CHOICES as BACKEND_CHOICES
 from ingest.loaders.base import LoaderOptions, OcrOptions
 
 if sys.version_info >= (3, 11):
@@ -38,7 +39,7 @@ DEFAULTS: dict[str, Any] = {
 
 CHOICES = {
     "model.dtype": ("auto", "float32", "float16", "bfloat16"),
-    "model.backend": ("auto", "torch", "onnx", "onnx-int8", "openvino"),
+    "model.backend": BACKEND_CHOICES,
     "loaders.pdf.ocr": ("auto", "always", "never"),
     "loaders.ocr.backend": ("rapidocr", "paddleocr"),
     "run.follow_symlinks": ("inside", "all", "none"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ingest.backends import BackendError, ensure_export, export_dir, model_file
+from ingest.backends import BackendError, model_file
 from ingest.model_ref import ModelRef, resolve_model
 from ingest.store import Store, StoreError
 
@@ -32,11 +32,11 @@ def embed_query(ref: ModelRef, backend: str, query: str):
     """The normalized embedding of `query` as `backend` makes it (float32, dim)."""
     path = model_file(ref, backend) if backend != "torch" else _fp32_if_exact(ref)
     if path:
-        from ingest.workers.encode.onnx_model import OnnxModel, tokenize
+        from ingest.workers.encode.onnx_model import OnnxModel, runtime_for, tokenize
 
         ids, lengths = tokenize(ref.tokenizer_file, ref.max_seq_length, [query])
-        runtime = "openvino" if backend == "openvino" else "onnxruntime"
-        return OnnxModel(path, threads=os.cpu_count() or 1, runtime=runtime).embed(ids, lengths, normalize=True)[0]
+        model = OnnxModel(path, threads=os.cpu_count() or 1, runtime=runtime_for(backend))
+        return model.embed(ids, lengths, normalize=True)[0]
     from sentence_transformers import SentenceTransformer
     from transformers.utils import logging as hf_logging
 
@@ -48,7 +48,6 @@ def embed_query(ref: ModelRef, backend: str, query: str):
 def _fp32_if_exact(ref: ModelRef) -> str:
     """The ONNX fp32 file standing in for torch if its guard passed, else "" (export failed: torch)."""
     try:
-        entry = ensure_export(ref)["onnx"]
+        return model_file(ref, "onnx")
     except BackendError:
         return ""
-    return str(export_dir(ref) / entry["file"]) if entry["ok"] else ""

@@ -145,7 +145,7 @@ class Store:
             return None
         return props[PROPS_MODEL], int(props.get(PROPS_DIM, 0)), props.get(PROPS_BACKEND, "torch")
 
-    def ensure_collection(self, model: str, dim: int, backend: str = "torch") -> None:
+    def ensure_collection(self, model: str, dim: int, backend: str) -> None:
         """Create the collection on first use; refuse one built with another model, dimension or backend."""
         recorded = self.recorded()
         if recorded is None and self.exists():

@@ -40,7 +40,7 @@ def chunk_id(source: str, index: int, text: str) -> str:
 
 class Writer:
     def __init__(self, store: Store, manifest: Manifest, model: str, settings: str, batch_rows: int,
-                 batch_files: int, on_written: Callable[[Finished], None], backend: str = "torch"):
+                 batch_files: int, on_written: Callable[[Finished], None], backend: str):
         self.store, self.manifest = store, manifest
         self.model, self.settings, self.batch_rows, self.backend = model, settings, batch_rows, backend
         self.batch_files = batch_files       # half the dispatcher's window: files must not wait on rows

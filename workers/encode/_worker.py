@@ -160,10 +160,9 @@ class OnnxRunner:
     depth = 1
 
     def __init__(self, spec: WorkerSpec):
-        from .onnx_model import OnnxModel
+        from .onnx_model import OnnxModel, runtime_for
 
-        runtime = "openvino" if spec.backend == "openvino" else "onnxruntime"
-        self.model = OnnxModel(spec.model_file, spec.threads, runtime)
+        self.model = OnnxModel(spec.model_file, spec.threads, runtime_for(spec.backend))
         self.normalize = spec.normalize
         self.dim = self.model.dim
         self.max_seq_length = spec.max_seq_length

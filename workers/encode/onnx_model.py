@@ -14,7 +14,11 @@ import os
 
 import numpy as np
 
-RUNTIMES = ("onnxruntime", "openvino")
+
+
+def runtime_for(backend: str) -> str:
+    """The runtime that runs a backend's export: OpenVINO for "openvino", else ONNX Runtime."""
+    return "openvino" if backend == "openvino" else "onnxruntime"
 
 
 class OnnxModel:

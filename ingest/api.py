@@ -18,9 +18,9 @@ from langchain_core.embeddings import Embeddings
 
 from ingest.backends import CHOICES as _BACKENDS, choose, model_file
 from ingest.model_ref import ModelRef, resolve_model
-from ingest.workers.encode import EncodeEngine, EncodeError, plan_devices
+from ingest.workers.encode import BatchPlan, EncodeEngine, EncodeError, Pretokenized, plan_devices
 
-__all__ = ["encode_multi_process", "EncodePool", "IngestEmbeddings", "EncodeError"]
+__all__ = ["encode_multi_process", "EncodePool", "IngestEmbeddings", "EncodeError", "Pretokenized"]
 
 _DTYPES = (None, "auto", "float32", "float16", "bfloat16")
 
@@ -35,16 +35,27 @@ class EncodePool:
     max_attempts bounds the attempts at a chunk whose worker dies or hangs. backend: "torch"
     (the reference), "onnx" (fp32, ONNX Runtime on the CPU, no torch in the workers),
     "openvino" (the same export compiled by OpenVINO: bf16 on CPUs with AMX), "onnx-int8" (int8
-    weights: faster, cosine ~0.99 to torch; keep its vectors apart), or "auto" (see
-    ingest.backends); the exports are made once, guarded against torch, and cached.
+    weights: faster, cosine ~0.99 to torch; keep its vectors apart), "null" (no model: constant
+    unit rows, to measure the rest of a pipeline), or "auto" (see ingest.backends); the exports
+    are made once, guarded against torch, and cached.
+
+    Batches: texts are sorted by length and cut into batches of at most batch_size rows and
+    max_batch_tokens padded tokens, each padded to a multiple of 8. None means the device's
+    default: 32 rows on the CPU; 512 rows and 65,536 tokens on CUDA. tokenizer_workers None: 1,
+    or every core when the workers run on CUDA. compile: torch.compile the transformer (torch
+    backend; the first batches of each shape compile). pretokenized: the caller passes
+    Pretokenized groups, so tokenizer processes start only if raw texts come.
     """
 
     def __init__(self, model: str | ModelRef = "default", *, devices: str | Sequence[str] = "auto",
-                 batch_size: int = 64, dtype: str | None = None, normalize_embeddings: bool = False,
-                 tokenizer_workers: int = 1, timeout_s: float = 300.0, max_attempts: int = 3,
-                 show_progress_bar: bool = False, backend: str = "torch"):
-        for name, value in (("batch_size", batch_size), ("tokenizer_workers", tokenizer_workers),
-                            ("max_attempts", max_attempts)):
+                 batch_size: int | None = None, max_batch_tokens: int | None = None, dtype: str | None = None,
+                 normalize_embeddings: bool = False, tokenizer_workers: int | None = None, timeout_s: float = 300.0,
+                 max_attempts: int = 3, show_progress_bar: bool = False, backend: str = "torch",
+                 compile: bool = False, pretokenized: bool = False):
+        for name, value in (("batch_size", batch_size), ("max_batch_tokens", max_batch_tokens),
+                            ("tokenizer_workers", tokenizer_workers), ("max_attempts", max_attempts)):
+            if name != "max_attempts" and value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if not timeout_s > 0:
@@ -58,10 +69,12 @@ class EncodePool:
         self.normalize_embeddings = normalize_embeddings
         self.backend = choose(backend, self.model, devices=devices)
         specs = plan_devices(devices, self.model.path, None if dtype == "auto" else dtype, normalize_embeddings,
-                             self.backend, model_file(self.model, self.backend), self.model.max_seq_length)
+                             self.backend, model_file(self.model, self.backend), self.model.max_seq_length,
+                             self.model.dim, compile)
         self._engine = EncodeEngine(specs, self.model.tokenizer_file, batch_size=batch_size,
-                                    tokenizer_workers=tokenizer_workers, timeout_s=float(timeout_s),
-                                    max_attempts=max_attempts)
+                                    max_batch_tokens=max_batch_tokens, tokenizer_workers=tokenizer_workers,
+                                    timeout_s=float(timeout_s), max_attempts=max_attempts,
+                                    lazy_tokenizers=pretokenized)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embeddings of `texts`, float32 (len(texts), dim), rows in input order."""
@@ -74,10 +87,11 @@ class EncodePool:
         for _, rows in self._stream((None, (text,)) for text in texts):
             yield rows[0]
 
-    def encode_groups(self, groups: Iterable[tuple[Any, Sequence[str]]],
+    def encode_groups(self, groups: Iterable[tuple[Any, Sequence[str] | Pretokenized]],
                       on_failed: Callable[[int, int, BaseException], None] | None = None
                       ) -> Iterator[tuple[Any, np.ndarray]]:
         """(key, embeddings of the group's texts, shape (len, dim)) per (key, texts), in input order.
+        texts may be Pretokenized (ids made with this model's tokenizer, as the chunker does).
 
         `groups` is read in a background thread and may block for long stretches: what has
         arrived is encoded once the input stalls ~50 ms. An empty group yields zeros((0, dim)).
@@ -102,6 +116,11 @@ class EncodePool:
     def dim(self) -> int:
         """Embedding dimension (waits for the first worker to start)."""
         return self._engine.dim
+
+    @property
+    def batch_plan(self) -> BatchPlan:
+        """Rows and padded tokens per batch, as the first worker's device decided them."""
+        return self._engine.batch_plan
 
     @property
     def startup_seconds(self) -> list[float]:
@@ -135,7 +154,8 @@ class EncodePool:
 
 def encode_multi_process(texts: Sequence[str], model: str | ModelRef | EncodePool = "default",
                          pool: EncodePool | None = None, *, devices: str | Sequence[str] | None = None,
-                         batch_size: int = 64, chunk_size: int | None = None, normalize_embeddings: bool = False,
+                         batch_size: int | None = None, chunk_size: int | None = None,
+                         normalize_embeddings: bool = False,
                          dtype: str | None = None, timeout_s: float = 300, show_progress_bar: bool = False,
                          backend: str = "torch") -> np.ndarray:
     """Embed `texts`: float32 (len(texts), dim), in input order.

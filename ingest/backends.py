@@ -4,6 +4,8 @@
     onnx       the same graph exported to ONNX, fp32, run by ONNX Runtime on the CPU
     onnx-int8  that graph with int8 weights (dynamic quantization, per channel)
     openvino   the fp32 graph compiled by OpenVINO for this CPU (bfloat16 where it has AMX)
+    null       no model: constant unit vectors of the model's dimension, to measure the host
+               pipeline (loading, chunking, writing) without the model's cost (bench/feed.py)
     auto       a collection's own backend; for a new collection torch on a host with an NVIDIA
                GPU, else the fastest exact backend measured at export (never int8: see choose)
 
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from ingest.model_ref import ModelRef
 
-BACKENDS = ("torch", "onnx", "onnx-int8", "openvino")
+BACKENDS = ("torch", "onnx", "onnx-int8", "openvino", "null")
 EXACT = ("torch", "onnx", "openvino")    # cosine >= 0.9999 to torch: same top-5 sources (bench/parity.py)
 LIGHT_MARGIN = 1.1       # auto prefers a backend without torch (ready in ~0.3 s, not ~4 s) within this of torch
 CHOICES = ("auto", *BACKENDS)
@@ -103,8 +105,8 @@ def ensure_export(model: ModelRef) -> dict:
 
 
 def model_file(model: ModelRef, backend: str) -> str:
-    """The .onnx file of an ONNX backend (exported now if needed); "" for torch."""
-    if backend == "torch":
+    """The .onnx file of an ONNX backend (exported now if needed); "" for torch and null."""
+    if backend in ("torch", "null"):
         return ""
     entry = ensure_export(model)[backend]
     if not entry["ok"]:

@@ -1,43 +1,61 @@
-"""The chunk step: page text -> chunks measured in the model's own tokens (runs in loader workers).
+"""The chunk step: page text -> chunks measured in the model's own tokens, with each chunk's token ids
+(runs in loader and OCR workers, so the encode pool need not tokenize again).
 
-Uses the fast `tokenizers` library (0.05 s to import) rather than transformers, with
-langchain's RecursiveCharacterTextSplitter counting tokens exactly as
-`from_huggingface_tokenizer` does; a final guard hard-splits any chunk that would still
-exceed the model's max_seq_length, so nothing is silently truncated. Chunks are bounded in
-tokens, not bytes, and a run of 100+ letters without a space is a single [UNK] token, so
-`page_chunks` also cuts any chunk over the store's text field (65,535 bytes), and counts it.
+NOTE (chunks): exactly what langchain's RecursiveCharacterTextSplitter gave with a token-counting
+length_function (`from_huggingface_tokenizer`), then a guard. The separators "\\n\\n", "\\n", " ", ""
+are tried in turn, each kept at the start of the piece it begins; a piece under spec.limit tokens is
+merged with its neighbours up to spec.limit (a token count is the sum of the pieces' counts), a
+chunk starts again with up to the overlap's worth of the previous chunk's pieces, and every chunk is
+stripped; a bigger piece is split at the next separator. The guard hard-splits a chunk still over
+spec.limit at token offsets. Chunks are bounded in tokens, not bytes, and a run of 100+ letters
+without a space is a single [UNK] token, so a chunk over the store's text field (65,535 bytes) is
+cut at character boundaries, and counted. Each chunk's ids are what the encode pool's tokenizer
+(`load_tokenizer(...).encode(text).ids`: [CLS] ... [SEP], truncated to max_seq_length) gives.
+
+NOTE (tokenize once): a page is tokenized once, with offsets, by `encode_batch` over pieces of
+~TOKEN_PIECE_CHARS cut at whitespace (one huge string tokenizes at half the speed). When the
+tokenizer is additive over whitespace (its pre-tokenizer splits at whitespace, its normalizer works
+character by character, its added tokens hold no whitespace, its post-processor only adds a prefix
+and a suffix: `_Tokens.additive`), a span that touches whitespace (or the page's edge) at both
+ends has exactly the page's tokens that start inside it: counts are two binary searches and a
+chunk's ids a slice of the page's. Anything else (a span cut inside a word at the "" level, the
+guard's and the byte cut's pieces, every span of another tokenizer) is tokenized for real.
 """
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from ingest.store import TEXT_MAX as MAX_CHUNK_BYTES
 
+SEPARATORS = ("\n\n", "\n", " ", "")
+TOKEN_PIECE_CHARS = 20_000
+# Unicode White_Space less the control characters (a BERT normalizer deletes those, joining their neighbours)
+WHITESPACE = frozenset("\t\n\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+                       "\u2028\u2029\u202f\u205f\u3000")
+_PATTERNS = tuple(re.compile(re.escape(s)) for s in SEPARATORS[:-1])
+_NOT_SPACE = re.compile(r"\S")
+_GAP = re.compile(r"[ \n]\s*\S")                   # a separator, then the next character that is not a space
+_ADDITIVE_PRE = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
+_CHARWISE_NORM = {"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents"}
+_EMPTY = np.zeros(0, dtype=np.int32)
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class PageChunks:
-    """One page's chunks; page is 1-based, None for formats without pages."""
+    """One page's chunks (or one segment's: a part of a page cut at a paragraph, see ingest.load);
+    page is 1-based, None for formats without pages."""
     page: int | None
     chunks: tuple[str, ...]
+    ids: np.ndarray                  # int32: every chunk's token ids, [CLS] ... [SEP], chunk after chunk
+    lengths: np.ndarray              # int32: tokens per chunk
     title: str | None = None
     cut: int = 0                     # chunks over MAX_CHUNK_BYTES, cut at character boundaries
-
-
-def page_chunks(page: int | None, text: str, spec: ChunkSpec, title: str | None = None) -> PageChunks:
-    """The page's chunks, each at most MAX_CHUNK_BYTES of UTF-8 (the store's text field)."""
-    chunks, cut = [], 0
-    for chunk in split_text(text, spec):
-        if len(chunk) * 4 <= MAX_CHUNK_BYTES or len(chunk.encode()) <= MAX_CHUNK_BYTES:
-            chunks.append(chunk)
-            continue
-        cut += 1
-        data = chunk.encode()
-        while data:
-            piece = data[:MAX_CHUNK_BYTES].decode(errors="ignore")     # drops a split character's tail bytes
-            chunks.append(piece)
-            data = data[len(piece.encode()):]
-    return PageChunks(page, tuple(chunks), title, cut)
+    segment: int = 0                 # position of this part in its page
 
 
 @dataclass(frozen=True)
@@ -52,43 +70,234 @@ class ChunkSpec:
         return min(self.chunk_tokens, self.max_seq_length - 2)
 
 
-@lru_cache(maxsize=4)
-def _tokenizer(path: str):
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(path)
-    tok.no_truncation()
-    tok.no_padding()
-    return tok
-
-
-@lru_cache(maxsize=4)
-def _splitter(spec: ChunkSpec):
-    from langchain_text_splitters import RecursiveCharacterTextSplitter
-
-    tok = _tokenizer(spec.tokenizer_file)
-    return RecursiveCharacterTextSplitter(
-        chunk_size=spec.limit,
-        chunk_overlap=min(spec.overlap_tokens, spec.limit // 2),
-        length_function=lambda t: len(tok.encode(t, add_special_tokens=False).ids),
-    )
-
-
-def split_text(text: str, spec: ChunkSpec) -> list[str]:
-    """Chunks of `text`, none longer than spec.limit tokens."""
+def page_chunks(page: int | None, text: str, spec: ChunkSpec, title: str | None = None,
+                segment: int = 0) -> PageChunks:
+    """The page's chunks and their token ids, each chunk at most MAX_CHUNK_BYTES of UTF-8."""
+    tokens = _tokens(spec.tokenizer_file, spec.max_seq_length)
     text = text.strip()
-    if not text:
-        return []
-    tok = _tokenizer(spec.tokenizer_file)
-    out: list[str] = []
-    for chunk in _splitter(spec).split_text(text):
-        enc = tok.encode(chunk, add_special_tokens=False)
-        if len(enc.ids) <= spec.limit:
-            out.append(chunk)
-            continue
-        for start in range(0, len(enc.ids), spec.limit):   # hard split on token offsets
-            offs = enc.offsets[start:start + spec.limit]
-            piece = chunk[offs[0][0]:offs[-1][1]].strip()
-            if piece:
-                out.append(piece)
-    return out
+    chunks: list[str] = []
+    ids: list[np.ndarray] = []
+    cut = 0
+    if text:
+        splitter = _Splitter(text, tokens, spec)
+        for chunk, raw in splitter.chunks():
+            if len(chunk) * 4 <= MAX_CHUNK_BYTES or len(chunk.encode()) <= MAX_CHUNK_BYTES:
+                chunks.append(chunk)
+                ids.append(tokens.final(chunk, raw))
+                continue
+            cut += 1
+            data = chunk.encode()
+            while data:
+                piece = data[:MAX_CHUNK_BYTES].decode(errors="ignore")     # drops a split character's tail bytes
+                chunks.append(piece)
+                ids.append(tokens.final(piece, None))
+                data = data[len(piece.encode()):]
+    lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+    flat = np.concatenate(ids).astype(np.int32, copy=False) if ids else _EMPTY
+    return PageChunks(page, tuple(chunks), flat, lengths, title, cut, segment)
+
+
+def cut_points(text: str, size: int) -> list[int]:
+    """Start, end and cuts of `text` into parts of about `size` characters or fewer, each cut right
+    before a separator (see `_cut`). Each part, stripped, still holds a separator, as it did in the
+    whole text: a part without one (a run of 150,000 letters) would be split at the "" level, a
+    character at a time, where the whole text had it as one piece."""
+    points, n = [0], len(text)
+    while n - points[-1] > size:
+        start = points[-1]
+        lo = _first_cut(text, start)
+        cut = _cut(text, lo, start + size // 2, start + size) if lo > 0 else -1
+        if cut < 0:
+            break
+        points.append(cut)
+    if len(points) > 1 and _first_cut(text, points[-1]) < 0:
+        points.pop()                                  # the last part would hold no separator: keep it whole
+    points.append(n)
+    return points
+
+
+def _cut(text: str, lo: int, mid: int, end: int) -> int:
+    """The last "\\n\\n" in [mid, end), else in [lo, end), else the same for "\\n", then " "; else the
+    first separator at or after end; -1 if none. Never before lo."""
+    for sep in SEPARATORS[:-1]:
+        for start in (max(lo, mid), lo):
+            if (k := text.rfind(sep, start, end)) >= 0:
+                return k
+    return min((k for k in (text.find(sep, max(lo, end)) for sep in SEPARATORS[:-1]) if k >= 0), default=-1)
+
+
+def _first_cut(text: str, start: int) -> int:
+    """The least c with a separator in text[start:c].strip(); -1 if there is none."""
+    word = _NOT_SPACE.search(text, start)
+    gap = word and _GAP.search(text, word.end())
+    return gap.end() if gap else -1
+
+
+class _Tokens:
+    """A spec's two tokenizers: `plain` (no truncation, no special tokens added) counts and slices,
+    `exact` is the encode pool's own; and whether the shortcuts of the module's NOTE hold."""
+
+    def __init__(self, tokenizer_file: str, max_length: int):
+        from tokenizers import Tokenizer
+
+        from ingest.workers.encode import load_tokenizer
+
+        self.exact = load_tokenizer(tokenizer_file, max_length)[0]
+        self.plain = Tokenizer.from_file(tokenizer_file)
+        self.plain.no_truncation()
+        self.plain.no_padding()
+        self._char_counts: dict[str, int] = {}
+        self.empty = self.count("")
+        # the special tokens around a text, found on "a" and checked on a text past max_length
+        raw, enc = self.plain.encode("a", add_special_tokens=False).ids, self.exact.encode("a")
+        k = enc.special_tokens_mask.index(0) if 0 in enc.special_tokens_mask else 0
+        prefix, suffix = enc.ids[:k], enc.ids[k + len(raw):]
+        self.prefix, self.suffix = np.asarray(prefix, dtype=np.int32), np.asarray(suffix, dtype=np.int32)
+        self.keep = max_length - len(prefix) - len(suffix)
+        long = " ".join(["a"] * (max_length + 1))
+        template = (bool(raw) and enc.ids == prefix + raw + suffix and self.exact.encode(long).ids
+                    == self._template(self.plain.encode(long, add_special_tokens=False).ids).tolist())
+        self.additive = template and _additive(json.loads(self.plain.to_str()))
+
+    def count(self, text: str) -> int:
+        return len(self.plain.encode(text, add_special_tokens=False).ids)
+
+    def char_count(self, char: str) -> int:
+        n = self._char_counts.get(char)
+        if n is None:
+            n = self._char_counts[char] = self.count(char)
+        return n
+
+    def _template(self, raw) -> np.ndarray:
+        return np.concatenate([self.prefix, np.asarray(raw[:self.keep], dtype=np.int32), self.suffix])
+
+    def final(self, text: str, raw) -> np.ndarray:
+        """The encode pool's ids of `text`; `raw`, when known, its ids without special tokens."""
+        if not self.additive:
+            return np.asarray(self.exact.encode(text).ids, dtype=np.int32)
+        if raw is None:
+            raw = self.plain.encode(text, add_special_tokens=False).ids
+        return self._template(raw)
+
+
+def _additive(cfg: dict) -> bool:
+    """Whether a tokenizer.json's pipeline gives any text's tokens as the sum of its whitespace-separated parts'."""
+    norm = cfg.get("normalizer")
+    norms = [] if norm is None else norm.get("normalizers", []) if norm["type"] == "Sequence" else [norm]
+    pre = cfg.get("pre_tokenizer") or {}
+    return (pre.get("type") in _ADDITIVE_PRE and all(n.get("type") in _CHARWISE_NORM for n in norms)
+            and not any(WHITESPACE.intersection(t["content"]) or t.get("lstrip") or t.get("rstrip")
+                        for t in cfg.get("added_tokens", ())))
+
+
+@lru_cache(maxsize=4)
+def _tokens(tokenizer_file: str, max_length: int) -> _Tokens:
+    return _Tokens(tokenizer_file, max_length)
+
+
+class _Splitter:
+    """One page's text split the langchain way on character spans (see the module's NOTE)."""
+
+    def __init__(self, text: str, tokens: _Tokens, spec: ChunkSpec):
+        self.text, self.tokens = text, tokens
+        self.size, self.limit = spec.limit, spec.limit
+        self.overlap = min(spec.overlap_tokens, spec.limit // 2)
+        self._counted: dict[tuple[int, int], int] = {}
+        if tokens.additive:
+            points = cut_points(text, TOKEN_PIECE_CHARS)
+            encs = tokens.plain.encode_batch([text[a:b] for a, b in zip(points, points[1:])], add_special_tokens=False)
+            self.ids = np.concatenate([_EMPTY, *(np.asarray(e.ids, dtype=np.int32) for e in encs)])
+            # int64, as the positions searched for: a dtype of its own would cast the array on every search
+            self.starts = np.concatenate([np.zeros(0, dtype=np.int64),
+                                          *(np.asarray([o[0] for o in e.offsets], dtype=np.int64) + a
+                                            for e, a in zip(encs, points))])
+
+    def chunks(self):
+        """(chunk, its ids without special tokens or None) for every chunk of the page, in order."""
+        spans: list[tuple[int, int]] = []
+        self._split(0, len(self.text), 0, spans)
+        for a, b in spans:
+            chunk = self.text[a:b]
+            if self.tokens.additive and self._clean(a) and self._clean(b):
+                lo, hi = np.searchsorted(self.starts, (a, b)).tolist()
+                if hi - lo <= self.limit:
+                    yield chunk, self.ids[lo:hi]
+                    continue
+            enc = self.tokens.plain.encode(chunk, add_special_tokens=False)
+            if len(enc.ids) <= self.limit:
+                yield chunk, enc.ids
+                continue
+            for start in range(0, len(enc.ids), self.limit):   # hard split on token offsets
+                offs = enc.offsets[start:start + self.limit]
+                piece = chunk[offs[0][0]:offs[-1][1]].strip()
+                if piece:
+                    yield piece, None
+
+    def _clean(self, i: int) -> bool:
+        """Whether no word crosses position i (whitespace on one side, or the page's edge)."""
+        text = self.text
+        return i == 0 or i == len(text) or text[i - 1] in WHITESPACE or text[i] in WHITESPACE
+
+    def _counts(self, points: list[int]) -> list[int]:
+        """Tokens of each span between consecutive points (at separators: whitespace)."""
+        if self.tokens.additive:
+            return np.diff(np.searchsorted(self.starts, points)).tolist()
+        counted, text = self._counted, self.text
+        out = []
+        for a, b in zip(points, points[1:]):
+            n = counted.get((a, b))
+            if n is None:
+                n = counted[(a, b)] = self.tokens.count(text[a:b])
+            out.append(n)
+        return out
+
+    def _split(self, a: int, b: int, level: int, out: list[tuple[int, int]]) -> None:
+        """langchain's _split_text of text[a:b] with SEPARATORS[level:]: chunk spans onto `out`."""
+        text = self.text
+        while SEPARATORS[level] and text.find(SEPARATORS[level], a, b) < 0:
+            level += 1
+        if SEPARATORS[level]:
+            points = [a, *(m.start() for m in _PATTERNS[level].finditer(text, a, b)), b]
+            if points[1] == a:                        # the text starts with the separator: no empty piece
+                del points[0]
+            counts = self._counts(points)
+        else:
+            points = list(range(a, b + 1))
+            counts = [self.tokens.char_count(c) for c in text[a:b]]
+        good = -1                                     # first of the run of pieces under the size
+        for j, n in enumerate(counts):
+            if n < self.size:
+                if good < 0:
+                    good = j
+                continue
+            if good >= 0:
+                self._merge(points[good:j + 1], counts[good:j], out)
+                good = -1
+            if SEPARATORS[level]:
+                self._split(points[j], points[j + 1], level + 1, out)
+            else:
+                self._emit(points[j], points[j + 1], out)
+        if good >= 0:
+            self._merge(points[good:], counts[good:], out)
+
+    def _merge(self, points: list[int], counts: list[int], out: list[tuple[int, int]]) -> None:
+        """langchain's _merge_splits of the consecutive pieces between `points` (separator ""):
+        the current chunk is pieces i..j-1, `total` their tokens."""
+        size, overlap, sep = self.size, self.overlap, self.tokens.empty
+        i, total = 0, 0
+        for j, n in enumerate(counts):
+            if total + n + (sep if j > i else 0) > size and j > i:
+                self._emit(points[i], points[j], out)
+                while total > overlap or (total + n + (sep if j > i else 0) > size and total > 0):
+                    total -= counts[i] + (sep if j - i > 1 else 0)
+                    i += 1
+            total += n + (sep if j > i else 0)
+        self._emit(points[i], points[-1], out)
+
+    def _emit(self, a: int, b: int, out: list[tuple[int, int]]) -> None:
+        """The span of text[a:b].strip(), unless that is empty (langchain's _join_docs)."""
+        chunk = self.text[a:b]
+        lead = len(chunk) - len(chunk.lstrip())
+        size = len(chunk.strip())
+        if size:
+            out.append((a + lead, a + lead + size))

@@ -2,9 +2,10 @@
 and the settings every row in it shares (model, backend and chunking). A run with other settings
 is refused unless it re-embeds, so vectors of two models or two backends never share a collection.
 
-Ownership: a Milvus Lite file allows one process, so the run flocks it and keeps the manifest
-in SQLite beside it. A server is shared by machines, so the run holds a lease on the
-collection and keeps the manifest in the server too (`ingest.server_manifest`)."""
+Ownership: a Milvus Lite file allows one process, so the run flocks it, serves it from a host
+process of its own (for itself and its writer processes) and keeps the manifest in SQLite beside
+it. A server is shared by machines, so the run holds a lease on the collection and keeps the
+manifest in the server too (`ingest.server_manifest`)."""
 from __future__ import annotations
 
 import json
@@ -71,6 +72,7 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
     with ExitStack() as undo:                  # on any error, give back what was taken
         undo.callback(store.close)
         store.lock()                           # a no-op for a server
+        store.serve()                          # Lite: its server in a host process of its own (ingest.lite_host)
         _refuse_foreign(store, reembed)
         recorded = None if reembed else store.recorded()
         backend = choose(cfg["model"]["backend"], model, recorded[2] if recorded else None, cfg["model"]["devices"])

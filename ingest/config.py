@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ingest.backends import CHOICES as BACKEND_CHOICES
+from ingest.backends import CHOICES as BACKEND_CHOICES, has_nvidia_gpu
 from ingest.loaders.base import LoaderOptions, OcrOptions
+from ingest.workers.encode import usable_cores
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -18,21 +19,23 @@ else:  # pragma: no cover
 FORMAT_POOLS = ("txt", "pdf", "ocr", "docx", "pptx")
 
 DEFAULTS: dict[str, Any] = {
-    "model": {"name": "default", "backend": "auto", "devices": "auto", "dtype": "auto", "batch_size": 64,
-              "tokenizer_workers": 1, "timeout_s": 300.0, "max_attempts": 3},
+    "model": {"name": "default", "backend": "auto", "devices": "auto", "dtype": "auto", "batch_size": "auto",
+              "max_batch_tokens": "auto", "compile": False, "tokenizer_workers": "auto", "timeout_s": 300.0,
+              "max_attempts": 3},
     "chunking": {"chunk_tokens": 200, "overlap_tokens": 30},
-    "store": {"uri": "./ingest.db", "collection": "documents", "batch_size": 512, "timeout_s": 60.0},
+    "store": {"uri": "./ingest.db", "collection": "documents", "batch_size": 512, "timeout_s": 60.0,
+              "writers": 1},
     "run": {"max_files_in_flight": 32, "follow_symlinks": "inside", "report": ""},
     "limits": {"max_file_mb": 512.0, "max_unzipped_mb": 512.0, "max_text_mb": 64.0, "worker_memory_mb": 4096,
                "max_image_mp": 200.0},
     "loaders": {
         "plugins": [],
-        "txt": {"workers": 1, "timeout_s": 60.0},
-        "pdf": {"workers": 2, "timeout_s": 120.0, "ocr": "auto", "passwords": []},
+        "txt": {"workers": "auto", "timeout_s": 60.0},
+        "pdf": {"workers": "auto", "timeout_s": 120.0, "ocr": "auto", "passwords": []},
         "ocr": {"workers": 2, "timeout_s": 60.0, "dpi": 200, "backend": "rapidocr",
                 "paddle_model_dir": ""},
-        "docx": {"workers": 1, "timeout_s": 60.0},
-        "pptx": {"workers": 1, "timeout_s": 60.0},
+        "docx": {"workers": "auto", "timeout_s": 60.0},
+        "pptx": {"workers": "auto", "timeout_s": 60.0},
         "legacy": {"convert_timeout_s": 120.0},
     },
 }
@@ -45,6 +48,11 @@ CHOICES = {
     "run.follow_symlinks": ("inside", "all", "none"),
 }
 ZERO_OK = ("chunking.overlap_tokens", "limits.worker_memory_mb")   # integers where 0 is allowed (0 = off)
+AUTO_INT = ("model.batch_size", "model.max_batch_tokens", "model.tokenizer_workers",
+            *(f"loaders.{p}.workers" for p in ("txt", "pdf", "docx", "pptx")))    # "auto" or a positive integer
+# "auto" loader workers: these on a CPU-only host (the encode workers need the cores); on a host with an
+# NVIDIA GPU, every core loads and tokenizes (the GPU needs feeding), as do "auto" tokenizer workers.
+CPU_HOST_WORKERS = {"txt": 1, "pdf": 2, "docx": 1, "pptx": 1}
 
 
 class ConfigError(ValueError):
@@ -65,6 +73,9 @@ def _check(key: str, default: Any, value: Any) -> Any:
     elif isinstance(default, list):
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         kind = "a list of strings"
+    elif key in AUTO_INT:
+        ok = value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+        kind = '"auto" or a positive integer'
     elif key == "model.devices":
         ok = value == "auto" or (isinstance(value, list) and value and all(isinstance(v, str) for v in value))
         kind = '"auto" or a list of devices such as ["cuda:0"]'
@@ -112,6 +123,10 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         table[leaf] = _check(dotted, _lookup(DEFAULTS, dotted), value)
     if cfg["chunking"]["overlap_tokens"] >= cfg["chunking"]["chunk_tokens"]:
         raise ConfigError("config key [chunking.overlap_tokens] must be smaller than [chunking.chunk_tokens]")
+    gpu_host = has_nvidia_gpu()
+    for fmt, workers in CPU_HOST_WORKERS.items():
+        if cfg["loaders"][fmt]["workers"] == "auto":
+            cfg["loaders"][fmt]["workers"] = usable_cores() if gpu_host else workers
     return cfg
 
 

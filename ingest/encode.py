@@ -1,7 +1,8 @@
 """The encode step, in its own thread: finished files in file order -> EncodePool -> the writer.
 
 Files arrive on `feed` in file order (None ends it). Files without chunks go straight to the
-writer; the rest go through the encode pool, which returns groups in input order, so rows
+writer; the rest go through the encode pool with the token ids the chunker already made
+(Pretokenized: no tokenizer process runs), and the pool returns groups in input order, so rows
 are written in file order, then chunk order. The pool is started in the background when the
 first file is sent to a loader, so its start-up overlaps loading, and never on a rerun that
 has nothing to encode. A big file is encoded in parts of GROUP_CHUNKS, so memory stays flat.
@@ -19,6 +20,7 @@ import numpy as np
 
 from ingest.files import INTERRUPTED, Finished
 from ingest.model_ref import ModelRef
+from ingest.workers.encode import Pretokenized
 from ingest.write import Writer
 
 GROUP_CHUNKS = 256
@@ -55,9 +57,10 @@ class EncodeStage:
                 from ingest.api import EncodePool
 
                 self._pool.set_result(EncodePool(
-                    self.model, devices=m["devices"], batch_size=m["batch_size"],
-                    dtype=None if m["dtype"] == "auto" else m["dtype"], tokenizer_workers=m["tokenizer_workers"],
-                    timeout_s=m["timeout_s"], max_attempts=m["max_attempts"], backend=m["backend"]))
+                    self.model, devices=m["devices"], batch_size=_auto(m["batch_size"]),
+                    max_batch_tokens=_auto(m["max_batch_tokens"]), dtype=_auto(m["dtype"]),
+                    tokenizer_workers=_auto(m["tokenizer_workers"]), timeout_s=m["timeout_s"],
+                    max_attempts=m["max_attempts"], backend=m["backend"], compile=m["compile"], pretokenized=True))
             except BaseException as exc:
                 self._pool.set_exception(exc)
         threading.Thread(target=make, name="ingest-encoder-start", daemon=True).start()
@@ -93,8 +96,9 @@ class EncodeStage:
             except BaseException:
                 pass
 
-    def _groups(self) -> Iterator[tuple[Part, list[str]]]:
-        """(Part, its texts) for each part of each file, in file order; the get times out to notice a closed run."""
+    def _groups(self) -> Iterator[tuple[Part, Pretokenized | list]]:
+        """(Part, its texts with their ids) for each part of each file, in file order; the get times out to
+        notice a closed run."""
         while not self.closed.is_set():
             try:
                 file = self.feed.get(timeout=0.5)
@@ -108,9 +112,19 @@ class EncodeStage:
             items = file.chunk_texts()
             if not items:
                 yield Part(file, 0, [], True), []
+            ids, lengths = file.token_ids()
+            ends = np.cumsum(lengths)
             for start in range(0, len(items), GROUP_CHUNKS):
                 chunks = items[start:start + GROUP_CHUNKS]
-                yield Part(file, start, chunks, start + GROUP_CHUNKS >= len(items)), [t for _, t in chunks]
+                stop = start + len(chunks)
+                first = int(ends[start - 1]) if start else 0
+                tokens = Pretokenized([t for _, t in chunks], ids[first:int(ends[stop - 1])], lengths[start:stop])
+                yield Part(file, start, chunks, stop >= len(items)), tokens
+
+
+def _auto(value: Any) -> Any:
+    """A config value, None for "auto" (the pool decides by device)."""
+    return None if value == "auto" else value
 
 
 def _failure_text(failures: list[tuple[int, int, BaseException]], offset: int, part: Part) -> str:

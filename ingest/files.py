@@ -3,11 +3,13 @@
 `FileRef` is the file's identity: made by the scan, completed by the sniff (format) and the
 load step (content hash) with `dataclasses.replace`. `Outcome` is its line in the report.
 `Finished` is a file that needs nothing more from the loaders: identity, outcome and the
-chunks to embed and store, in page order.
+chunks to embed and store, in page order, with their token ids.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from ingest.chunk import PageChunks
 
@@ -48,3 +50,9 @@ class Finished:
     def chunk_texts(self) -> list[tuple[int | None, str]]:
         """(page, text) for every chunk, in page order, then chunk order."""
         return [(p.page, text) for p in self.pages for text in p.chunks]
+
+    def token_ids(self) -> tuple[np.ndarray, np.ndarray]:
+        """(every chunk's ids, one after another; tokens per chunk), both int32, in chunk_texts() order."""
+        empty = np.zeros(0, dtype=np.int32)
+        return (np.concatenate([empty, *(p.ids for p in self.pages)]),
+                np.concatenate([empty, *(p.lengths for p in self.pages)]))

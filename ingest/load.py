@@ -1,11 +1,20 @@
-"""The load step: one task per file in the loader pool of its format.
+"""The load step: one task per file in the loader pool of its format, and chunk tasks for big files.
 
 In the worker (`load_file`), the file is hashed, its format's loader yields pages and the
 chunker cuts their text; pages without a usable text layer are only listed, for the OCR
-fan-out. Back in the dispatcher's thread, `Pages` gathers the file's text pages and its OCR
-pages as they return, and makes the `Finished` file once none is pending. A worker task
-returns a result or a Failure value: exceptions never cross the process boundary with a
-file's bytes in them.
+fan-out. Back in the dispatcher's thread, `Pages` gathers the file's text pages, its OCR
+pages and its chunk tasks' segments as they return, and makes the `Finished` file once none
+is pending. A worker task returns a result or a Failure value: exceptions never cross the
+process boundary with a file's bytes in them.
+
+NOTE (segments): a load task chunks the first SEGMENT_CHARS of a file's text; the rest comes
+back raw, in segments of about SEGMENT_CHARS cut right before a paragraph break ("\n\n",
+else "\n", else " "; `ingest.chunk.cut_points`), grouped into chunk tasks of about
+SEGMENT_CHARS for the same format's pool (`fan_out`), so a big file's chunking spreads over
+its pool's workers. Every page is cut so, wherever it is chunked: chunks never span two
+segments, which only changes the overlap at a segment's edges, once every ~SEGMENT_CHARS
+characters. `Pages` puts the parts in page order, then segment order; a failed chunk task
+fails the file.
 """
 from __future__ import annotations
 
@@ -18,7 +27,7 @@ from concurrent.futures import Future
 from importlib import import_module
 from pathlib import Path
 
-from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, page_chunks
+from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, cut_points, page_chunks
 from ingest.config import ConfigError
 from ingest.files import FileRef, Finished, Outcome
 from ingest.loaders import LoaderError, LoaderOptions, Unsupported, formats, loader_for, pool_for
@@ -28,6 +37,7 @@ from ingest.workers.limits import limit_memory
 from ingest.workers.pool import Pools
 
 LEGACY_FORMATS = ("doc", "ppt")      # converted by LibreOffice first: their timeout adds the conversion's
+SEGMENT_CHARS = 100_000              # characters of text a load task chunks, a segment holds, a chunk task gets
 
 
 @dataclass(frozen=True)
@@ -40,18 +50,41 @@ class LoadTask:
 
 
 @dataclass(frozen=True)
+class Segment:
+    """A page's text, or a part of it cut at a paragraph break, still to chunk."""
+    page: int | None
+    index: int                     # position in its page
+    text: str
+    title: str | None = None
+
+
+@dataclass(frozen=True)
 class Loaded:
     file_hash: str
     pages: tuple[PageChunks, ...]
     ocr_pages: tuple[int, ...]     # pages still to OCR
     seconds: float
     unchanged: bool = False
+    segments: tuple[tuple[Segment, ...], ...] = ()     # text still to chunk: one chunk task per group
+
+
+@dataclass(frozen=True)
+class ChunkTask:
+    segments: tuple[Segment, ...]
+    spec: ChunkSpec
+
+
+@dataclass(frozen=True)
+class Chunked:
+    pages: tuple[PageChunks, ...]  # one per segment
+    seconds: float
 
 
 # -- in the loader worker ------------------------------------------------------------------
 def init_loader_process(plugins: tuple[str, ...], memory_mb: int) -> None:
     """Pool initializer: cap the worker's memory, register the built-in loaders and the plugins'."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"      # the chunker's encode_batch: one core per worker
     limit_memory(memory_mb)
     import_plugins(plugins)
 
@@ -88,15 +121,45 @@ def load_file(task: LoadTask) -> Loaded | Failure:
         digest = file_hash(task.path)
         if digest == task.known_hash:
             return Loaded(digest, (), (), time.perf_counter() - start, unchanged=True)
-        pages, ocr = [], []
+        pages, ocr, rest = [], [], []
+        chunked = 0
         for page in loader_for(task.fmt)(Path(task.path), task.options):
             if page.needs_ocr:
                 ocr.append(page.number)
-            else:
-                pages.append(page_chunks(page.number, page.text, task.spec, page.title))
-        return Loaded(digest, tuple(pages), tuple(ocr), time.perf_counter() - start)
+                continue
+            points = cut_points(page.text, SEGMENT_CHARS)
+            for i, (a, b) in enumerate(zip(points, points[1:])):
+                if not rest and (not chunked or chunked + b - a <= SEGMENT_CHARS):
+                    pages.append(page_chunks(page.number, page.text[a:b], task.spec, page.title, i))
+                    chunked += b - a
+                else:
+                    rest.append(Segment(page.number, i, page.text[a:b], page.title))
+        return Loaded(digest, tuple(pages), tuple(ocr), time.perf_counter() - start, segments=_groups(rest))
     except Exception as exc:
         return task_failure(f"{task.fmt} loader", exc)
+
+
+def _groups(segments: list[Segment]) -> tuple[tuple[Segment, ...], ...]:
+    """Consecutive segments in groups of up to SEGMENT_CHARS characters (or one bigger segment)."""
+    groups: list[list[Segment]] = []
+    size = 0
+    for segment in segments:
+        if not groups or size + len(segment.text) > SEGMENT_CHARS:
+            groups.append([])
+            size = 0
+        groups[-1].append(segment)
+        size += len(segment.text)
+    return tuple(map(tuple, groups))
+
+
+def chunk_segments(task: ChunkTask) -> Chunked | Failure:
+    """In a loader worker: chunk a group of segments."""
+    start = time.perf_counter()
+    try:
+        pages = tuple(page_chunks(s.page, s.text, task.spec, s.title, s.index) for s in task.segments)
+        return Chunked(pages, time.perf_counter() - start)
+    except Exception as exc:
+        return task_failure("chunking", exc)
 
 
 def task_failure(where: str, exc: BaseException) -> Failure:
@@ -124,17 +187,24 @@ def submit(pools: Pools, ref: FileRef, options: LoaderOptions, spec: ChunkSpec, 
     return pools.submit(pool_for(ref.fmt), load_file, LoadTask(ref.path, ref.fmt, options, spec, known_hash), extra_s)
 
 
+def fan_out(pools: Pools, fmt: str, groups: tuple[tuple[Segment, ...], ...],
+            spec: ChunkSpec) -> list[tuple[int, Future]]:
+    """One chunk task per group of segments, in the pool of the file's format: (task, Future of Chunked or Failure)."""
+    return [(n, pools.submit(pool_for(fmt), chunk_segments, ChunkTask(group, spec))) for n, group in enumerate(groups)]
+
+
 class Pages:
-    """A loaded file waiting for its OCR pages; owned by the dispatcher's thread."""
+    """A loaded file waiting for its OCR pages and chunk tasks; owned by the dispatcher's thread."""
 
     def __init__(self, ref: FileRef, loaded: Loaded, old_hash: str | None):
         self.ref = replace(ref, file_hash=loaded.file_hash)
         self.old_hash = old_hash
         self.pages = list(loaded.pages)
-        self.pending = set(loaded.ocr_pages)
+        self.pending = {("ocr", p) for p in loaded.ocr_pages} | {("chunk", n) for n in range(len(loaded.segments))}
         self.ocr_pages = len(loaded.ocr_pages)
         self.warnings: list[str] = list(ref.warnings)
         self.ocr_failures: list[str] = []
+        self.chunk_failure: str | None = None
         self.seconds = loaded.seconds
 
     def add_ocr(self, page: int, result: PageChunks | Failure, seconds: float) -> None:
@@ -144,20 +214,28 @@ class Pages:
             self.warnings.append(self.ocr_failures[-1])
         else:
             self.pages.append(result)
-        self.pending.discard(page)
+        self.pending.discard(("ocr", page))
+
+    def add_chunks(self, task: int, result: Chunked | Failure) -> None:
+        if isinstance(result, Failure):
+            self.chunk_failure = self.chunk_failure or f"chunking failed: {failure_text(result)}"
+        else:
+            self.seconds += result.seconds
+            self.pages.extend(result.pages)
+        self.pending.discard(("chunk", task))
 
     def finish(self) -> Finished:
-        """The file once no OCR page is pending: ingested, or failed when OCR gave nothing."""
-        pages = tuple(sorted(self.pages, key=lambda p: -1 if p.page is None else p.page))
+        """The file once nothing is pending: ingested, or failed when a chunk task failed or OCR gave nothing."""
+        pages = tuple(sorted(self.pages, key=lambda p: (-1 if p.page is None else p.page, p.segment)))
         chunks = sum(len(p.chunks) for p in pages)
         if cut := sum(p.cut for p in pages):
             self.warnings.append(f"{cut} chunk(s) longer than the store's {MAX_CHUNK_BYTES:,}-byte text field "
                                  "(text without spaces?) were cut into pieces")
         warnings = tuple(self.warnings)
-        if chunks == 0 and self.ocr_failures:
-            outcome = Outcome("failed", self.ocr_failures[0], ocr_pages=self.ocr_pages, warnings=warnings,
-                              seconds=self.seconds)
-            return Finished(self.ref, outcome)
+        error = self.chunk_failure or (self.ocr_failures[0] if chunks == 0 and self.ocr_failures else None)
+        if error:
+            return Finished(self.ref, Outcome("failed", error, ocr_pages=self.ocr_pages, warnings=warnings,
+                                              seconds=self.seconds))
         if chunks == 0:
             warnings += ("no text found",)
         outcome = Outcome("ingested", None, chunks, self.ocr_pages, warnings, self.seconds)

@@ -23,6 +23,18 @@ class ModelRef:
     def tokenizer_file(self) -> str:
         return str(Path(self.path) / "tokenizer.json")
 
+    @property
+    def dim(self) -> int:
+        """The embedding dimension as the model's files declare it (pooling config, else hidden size); 0 if
+        neither says (the null backend needs it without loading the model)."""
+        for cfg_name, key in (("1_Pooling/config.json", "word_embedding_dimension"), ("config.json", "hidden_size")):
+            f = Path(self.path) / cfg_name
+            if f.is_file():
+                value = json.loads(f.read_text()).get(key)
+                if isinstance(value, int) and value > 0:
+                    return value
+        return 0
+
 
 def resolve_model(name: str = DEFAULT_MODEL) -> ModelRef:
     """Packaged default, a local directory, or a model already in the Hugging Face cache."""

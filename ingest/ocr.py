@@ -1,7 +1,8 @@
 """The OCR fan-out: each page that needs OCR is one task in the OCR pool, so a 300-page scan
 spreads over every OCR worker and text files never wait behind scans. In the worker,
-`ocr_page` renders and recognizes the page (ingest.loaders.ocr), then chunks its text; the
-pages come back to the file's `ingest.load.Pages`, which puts them in page order.
+`ocr_page` renders and recognizes the page (ingest.loaders.ocr), then chunks its text (with
+the chunks' token ids); the pages come back to the file's `ingest.load.Pages`, which puts
+them in page order.
 """
 from __future__ import annotations
 

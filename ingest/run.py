@@ -1,6 +1,6 @@
 """`ingest run`: the dispatcher. Each file walks through the steps, one module each:
 
-    scan -> sniff -> load (loader pools; chunk in the worker) -> OCR fan-out -> reorder -> encode -> write
+    scan -> sniff -> load (loader pools; chunk in the worker) -> OCR and chunk fan-out -> reorder -> encode -> write
 
 NOTE (flow and shutdown protocol):
 - The main thread scans the folder and dispatches files, at most [run] max_files_in_flight
@@ -66,6 +66,13 @@ class OcrPageDone:
 
 
 @dataclass(frozen=True)
+class ChunksDone:
+    seq: int
+    task: int
+    result: load.Chunked | Failure
+
+
+@dataclass(frozen=True)
 class Written:
     file: Finished
 
@@ -80,7 +87,7 @@ class Stop:
     pass
 
 
-Event = Union[LoadDone, OcrPageDone, Written, EncodeFailed, Stop]
+Event = Union[LoadDone, OcrPageDone, ChunksDone, Written, EncodeFailed, Stop]
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,7 @@ class Run:
         self.progress = Progress(len(files), self.quiet)
         self.writer = Writer(col.store, col.manifest, col.model.name, col.settings, cfg["store"]["batch_size"],
                              max(1, cfg["run"]["max_files_in_flight"] // 2), lambda f: self.events.put(Written(f)),
-                             col.backend)
+                             col.backend, writers=cfg["store"]["writers"])
         self.stage = EncodeStage(col.model, {**cfg["model"], "backend": col.backend}, self.writer,
                                  lambda e: self.events.put(EncodeFailed(e)), self.stopping)
         thread = threading.Thread(target=self.stage.run, name="ingest-encode", daemon=True)
@@ -139,6 +146,7 @@ class Run:
                 signal.signal(signal.SIGTERM, old_term)
             self.pools.stop()
             self.stage.close()
+            self.writer.close()
             self.progress.close()
         fatal = self._fatal
         if fatal is not None:                 # every file not written fails with the run's error
@@ -204,6 +212,8 @@ class Run:
                 self._interrupt()
             elif isinstance(event, LoadDone):
                 self._loaded(event)
+            elif isinstance(event, ChunksDone):
+                self._chunks_done(event)
             else:
                 self._ocr_page_done(event)
         encode_thread.join(timeout=30 if self._fatal is None else 1)
@@ -237,6 +247,16 @@ class Run:
         pages = self._pending[event.seq] = load.Pages(ref, result, dispatched.old_hash)
         for page, future in ocr.fan_out(self.pools, ref.path, result.ocr_pages, self.ocr_options, self.col.spec):
             future.add_done_callback(lambda f, p=page: self.events.put(OcrPageDone(event.seq, p, f.result())))
+        for task, future in load.fan_out(self.pools, ref.fmt, result.segments, self.col.spec):
+            future.add_done_callback(lambda f, t=task: self.events.put(ChunksDone(event.seq, t, f.result())))
+        if not pages.pending:
+            self._complete(pages.finish())
+
+    def _chunks_done(self, event: ChunksDone) -> None:
+        pages = self._pending.get(event.seq)
+        if not isinstance(pages, load.Pages):
+            return
+        pages.add_chunks(event.task, event.result)
         if not pages.pending:
             self._complete(pages.finish())
 

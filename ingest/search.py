@@ -22,6 +22,9 @@ def search(uri: str, collection: str, query: str, k: int, model: str | None = No
         recorded = store.recorded()
         if recorded is None:
             raise StoreError(f"collection {collection!r} in {uri} is empty or missing; run `ingest run FOLDER` first")
+        if recorded[2] == "null":
+            raise StoreError(f"collection {collection!r} in {uri} holds constant vectors of the null backend (a "
+                             "measurement): nothing to search; rerun with --reembed and a real backend")
         ref = resolve_model(model or recorded[0])
         return store.search(embed_query(ref, recorded[2], query).tolist(), k)
     finally:

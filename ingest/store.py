@@ -2,9 +2,12 @@
 
 A local path (./ingest.db) is Milvus Lite, which allows one process per file: `lock()` takes
 an exclusive flock on `<db>.lock` so a second `ingest run` fails at once instead of
-corrupting the store. A server URI (http://host:19530) reaches Milvus standalone or a
-cluster unchanged. The client is created in the process that uses it (checked by pid) and
-never carried across a fork.
+corrupting the store, and `serve()` then moves the Lite server into a host process of its own
+(`ingest.lite_host`) that the run's client and its writer processes reach on loopback; without
+`serve()` (`ingest search`) Lite runs inside this process. A server URI (http://host:19530)
+reaches Milvus standalone or a cluster unchanged. The client is created in the process that
+uses it (checked by pid) and never carried across a fork; another process gets the store as an
+`Endpoint` (`endpoint()`, `Store.at`).
 """
 from __future__ import annotations
 
@@ -13,8 +16,13 @@ import json
 import logging
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ingest.lite_host import LiteHost
 
 PROPS_MODEL, PROPS_DIM, PROPS_BACKEND = "ingest.model", "ingest.dim", "ingest.backend"
 TEXT_MAX = 65535          # bytes of UTF-8 in a chunk's text
@@ -35,6 +43,30 @@ def is_local(uri: str) -> bool:
     return "://" not in uri
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """How another process reaches this store: `uri` as the user named it (for messages), `address`
+    what its client connects to (the URI, or the Lite host's http://127.0.0.1:port)."""
+    uri: str
+    address: str
+    collection: str
+    timeout_s: float
+
+
+@dataclass(frozen=True, eq=False)
+class Columns:
+    """Rows to upsert, one sequence per field of the collection (see `ensure_collection`). The chunker
+    and the scan keep texts, sources and formats within TEXT_MAX, SOURCE_MAX and FORMAT_MAX bytes."""
+    ids: Sequence[str]
+    vectors: np.ndarray              # float32, (rows, dim)
+    texts: Sequence[str]
+    sources: Sequence[str]
+    pages: Sequence[int]             # 0 when the format has no pages
+    chunks: Sequence[int]
+    formats: Sequence[str]
+    file_hashes: Sequence[str]
+
+
 def quote(value: str) -> str:
     """A Milvus filter string literal (Milvus Lite has no filter_params templating). Tested safe for
     quotes, backslashes, newlines, tabs and emoji; other control characters are refused by Milvus'
@@ -43,19 +75,30 @@ def quote(value: str) -> str:
 
 
 class Store:
-    """NOTE (timeouts): every call on the client goes through `call`, which passes
-    timeout=timeout_s. A call that fails is classified by a short ping: if the server still
-    answers, the call was refused (StoreRejected, charged to the rows' files by the writer);
-    if not, the store is unreachable or stalled (StoreError: the run stops with one line,
-    exit 2, and a rerun resumes from the manifest)."""
+    """NOTE (timeouts): every call on the client goes through `call` (or, for the column upsert's
+    gRPC call, the same `_guard`), with timeout=timeout_s. A call that fails is classified by a
+    short ping: if the server still answers, the call was refused (StoreRejected, charged to the
+    rows' files by the writer); if not, the store is unreachable or stalled (StoreError: the run
+    stops with one line, exit 2, and a rerun resumes from the manifest). An upsert answered with
+    a non-zero status, or with a value its field cannot hold, is refused too."""
 
-    def __init__(self, uri: str, collection: str, timeout_s: float = 60.0):
+    def __init__(self, uri: str, collection: str, timeout_s: float = 60.0, address: str | None = None):
         self.uri = uri
         self.collection = collection
         self.timeout_s = timeout_s
+        self.address = address or (str(Path(uri).resolve()) if is_local(uri) else uri)   # what the client opens
         self._client = None
         self._pid: int | None = None
         self._lock_file = None
+        self._host: LiteHost | None = None
+
+    @classmethod
+    def at(cls, endpoint: Endpoint) -> Store:
+        """The store another process described with `endpoint()`."""
+        return cls(endpoint.uri, endpoint.collection, endpoint.timeout_s, endpoint.address)
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(self.uri, self.address, self.collection, self.timeout_s)
 
     # -- connection -----------------------------------------------------------------
     @property
@@ -67,8 +110,7 @@ class Store:
             logging.getLogger("pymilvus").setLevel(logging.CRITICAL)    # errors reach the user as StoreError
 
             try:
-                self._client = MilvusClient(str(Path(self.uri).resolve()) if is_local(self.uri) else self.uri,
-                                            timeout=self.timeout_s)
+                self._client = MilvusClient(self.address, timeout=self.timeout_s)
             except Exception as exc:
                 raise StoreError(f"cannot open store {self.uri}: {one_line(exc)}; check that the server is "
                                  "running and reachable, then rerun") from None
@@ -79,13 +121,20 @@ class Store:
         """client.method(*args, **kwargs, timeout=timeout_s); a failure becomes StoreRejected or StoreError
         (`what` says what was being done, for the message)."""
         client = self.client
+        return self._guard(what, lambda: getattr(client, method)(*args, timeout=self.timeout_s, **kwargs))
+
+    def _guard(self, what: str, fn: Callable[[], Any]) -> Any:
+        """fn(), its failure classed as refused (the server answers a ping) or unreachable."""
         try:
-            return getattr(client, method)(*args, timeout=self.timeout_s, **kwargs)
+            return fn()
         except Exception as exc:
             if self._answers():
                 raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None
+            host = self._host
+            why = f"its Milvus Lite host process is gone ({host.describe_exit()})" if host and not host.alive() \
+                else one_line(exc)
             raise StoreError(f"store {self.uri} did not answer (trying to {what}, timeout {self.timeout_s:g} s): "
-                             f"{one_line(exc)}; check the server, then rerun: the rerun resumes") from None
+                             f"{why}; check the server, then rerun: the rerun resumes") from None
 
     def _answers(self) -> bool:
         try:
@@ -115,13 +164,34 @@ class Store:
         f.flush()
         self._lock_file = f
 
-    def close(self) -> None:
+    def serve(self) -> None:
+        """Serve a Milvus Lite store (locked by this process) from a host process of its own, and
+        connect to it: its server's threads leave this process's GIL. A no-op for a server URI."""
+        if not is_local(self.uri) or self._host is not None:
+            return
+        assert self._lock_file is not None, "lock() the store before serving it"
+        self._drop_client()
+        try:
+            self._host = LiteHost(str(Path(self.uri).resolve()))
+        except RuntimeError as exc:
+            raise StoreError(f"cannot open store {self.uri}: {exc}") from None
+        self.address = self._host.address
+
+    def _drop_client(self) -> None:
         if self._client is not None and self._pid == os.getpid():
             try:
                 self._client.close()
             except Exception:
                 pass
         self._client = None
+
+    def close(self) -> None:
+        """Close the client, stop the Lite host (if any), then give the flock back."""
+        self._drop_client()
+        if self._host is not None:
+            self._host.stop()
+            self._host = None
+            self.address = str(Path(self.uri).resolve())
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
@@ -181,9 +251,25 @@ class Store:
             self.call("drop the collection", "drop_collection", self.collection)
 
     # -- rows -----------------------------------------------------------------------
-    def upsert(self, rows: Sequence[dict[str, Any]]) -> None:
-        if rows:
-            self.call(f"store {len(rows)} rows", "upsert", self.collection, list(rows))
+    def upsert_columns(self, columns: Columns) -> None:
+        """Upsert rows with one UpsertRequest built column by column (the vectors as their raw bytes),
+        skipping pymilvus' per-row conversion and checks; the server still checks every value. A value
+        a field cannot hold, or a non-zero status, is StoreRejected; the call has `call`'s timeout and
+        verdict."""
+        rows = len(columns.ids)
+        if not rows:
+            return
+        what = f"store {rows} rows"
+        try:
+            request = _upsert_request(self.collection, columns)
+        except (TypeError, ValueError) as exc:        # e.g. a plugin's page number beyond INT64
+            raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None
+        client = self.client
+        metadata = client._generate_call_context().to_grpc_metadata()        # the database name, as pymilvus sends it
+        status = self._guard(what, lambda: client._get_connection()._stub.Upsert(
+            request, timeout=self.timeout_s, metadata=metadata)).status
+        if status.code or status.error_code:
+            raise StoreRejected(f"the store refused to {what}: {' '.join(status.reason.split())[:300]}")
 
     def delete_stale(self, source: str, file_hash: str) -> None:
         """Remove rows of `source` that belong to an older version of the file."""
@@ -219,6 +305,36 @@ class Store:
         return [{"score": float(h["distance"]), "source": h["entity"]["source"],
                  "page": h["entity"]["page"] or None, "chunk": h["entity"]["chunk"],
                  "text": h["entity"]["text"]} for h in hits]
+
+
+def _upsert_request(collection: str, c: Columns):
+    """The UpsertRequest pymilvus would send for these rows. A packed repeated float on the wire is the
+    floats' little-endian bytes, so the vector field is parsed from `tobytes()` (a copy, not a conversion)."""
+    from pymilvus.grpc_gen import milvus_pb2, schema_pb2
+
+    request = milvus_pb2.UpsertRequest(collection_name=collection, num_rows=len(c.ids))
+    for name, values in (("id", c.ids), ("text", c.texts), ("source", c.sources), ("format", c.formats),
+                         ("file_hash", c.file_hashes)):
+        request.fields_data.add(field_name=name, type=schema_pb2.VarChar).scalars.string_data.data.extend(values)
+    for name, values in (("page", c.pages), ("chunk", c.chunks)):
+        request.fields_data.add(field_name=name, type=schema_pb2.Int64).scalars.long_data.data.extend(values)
+    vectors = np.ascontiguousarray(c.vectors, dtype="<f4")
+    if vectors.ndim != 2 or vectors.shape[0] != len(c.ids):
+        raise ValueError(f"vectors of shape {vectors.shape} for {len(c.ids)} rows")
+    field = request.fields_data.add(field_name="vector", type=schema_pb2.FloatVector)
+    field.vectors.dim = vectors.shape[1]
+    data = vectors.tobytes()
+    field.vectors.float_vector.MergeFromString(b"\x0a" + _varint(len(data)) + data)   # FloatArray.data: field 1, packed
+    return request
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def one_line(exc: BaseException) -> str:

@@ -1,26 +1,33 @@
-"""The write step: one writer, rows in file order, then chunk order; store first, then manifest.
+"""The write step: rows in file order, then chunk order, upserted by writer processes; store first, then manifest.
 
-NOTE (write protocol): rows of finished files are upserted in batches of
-[store] batch_size, then the store is flushed, then stale rows of changed files are deleted
-(`file_hash != new`, so a changed file is never missing from the store) and the deletes
-flushed, and only then are the files' manifest entries committed. A crash at any point
-leaves either the old entry (the file is redone next run; upserts are idempotent because
-ids are deterministic) or the new one with every row already durable.
+NOTE (write protocol): `add` cuts the encoder's rows into batches of [store] batch_size and
+submits each to the writer processes (`ingest.writers`: a pool of `writers` processes, one
+for a Milvus Lite store, which the run serves from its own host process) and goes on; it
+waits only when more than MAX_IN_FLIGHT batches per process are unanswered. A flush (every
+`batch_files` finished files, or FLUSH_EVERY_S) submits the rest, waits until every batch
+is answered, flushes the store, then deletes stale rows of changed files (`file_hash != new`,
+so a changed file is never missing from the store) and flushes the deletes, and only then
+commits the files' manifest entries. No other write reaches the store while batches are in
+flight. A crash at any point (the whole run SIGKILLed included) leaves either the old entry
+(the file is redone next run; upserts are idempotent because ids are deterministic) or the
+new one with every row already acknowledged and durable. A writer process that dies costs
+a resubmit of its batch to a fresh one (the same ids again).
 
-NOTE (failures): a failure belongs to one file. A batch the store refuses (StoreRejected)
-is retried file by file, and only the files whose own rows are refused fail; a file whose
-chunks could not be encoded fails through `fail()`. A failed file's queued rows are
-dropped; if some of its rows were already stored (a big file is written in parts), all
-its rows and its manifest entry are removed, so the next run redoes it from scratch (so are
+NOTE (failures): a failure belongs to one file. A batch the store refuses (Refused) is
+retried file by file, and only the files whose own rows are refused fail; so does a file
+whose own batch's writer died twice. A file whose chunks could not be encoded fails through
+`fail()`. A failed file's queued rows are dropped; if some of its rows may be in the store
+(acknowledged, or sent by a writer that died), all its rows and its manifest entry are
+removed, after every batch was answered, so the next run redoes it from scratch (so are
 those of a file that is skipped now but was ingested before: emptied, or a link now leading
-outside the folder). A
-StoreError that is not a refusal (server gone, timeout) propagates and stops the run.
+outside the folder). A store that does not answer (Unreachable: server gone, timeout) raises
+StoreError and stops the run.
 """
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import replace
 from typing import Callable
 
@@ -28,50 +35,53 @@ import numpy as np
 
 from ingest.files import Finished, Outcome
 from ingest.manifest import Entry, Manifest
-from ingest.store import Store, StoreRejected
+from ingest.store import Store, StoreError, is_local
+from ingest.workers.failure import Failure
+from ingest.writers import Ack, Batch, Refused, Segment, Unreachable, WriterPool, answer_within
 
 FLUSH_EVERY_S = 2.0
-
-
-def chunk_id(source: str, index: int, text: str) -> str:
-    """Deterministic primary key: re-runs upsert the same ids, never duplicates."""
-    return hashlib.blake2b(f"{source}\x00{index}\x00{text}".encode(), digest_size=16).hexdigest()
+MAX_IN_FLIGHT = 4           # unanswered batches per writer process before add() waits
 
 
 class Writer:
     def __init__(self, store: Store, manifest: Manifest, model: str, settings: str, batch_rows: int,
-                 batch_files: int, on_written: Callable[[Finished], None], backend: str):
+                 batch_files: int, on_written: Callable[[Finished], None], backend: str, writers: int = 1):
         self.store, self.manifest = store, manifest
         self.model, self.settings, self.batch_rows, self.backend = model, settings, batch_rows, backend
         self.batch_files = batch_files       # half the dispatcher's window: files must not wait on rows
         self.on_written = on_written
-        self.rows: list[dict] = []
+        self.processes = 1 if is_local(store.uri) else max(1, writers)    # Lite: one writer at a time
         self.files: list[Finished] = []
         self.last_flush = time.monotonic()
-        self.seconds = 0.0
+        self.seconds = 0.0                   # busy: batches in flight, or a flush's own calls
         self.rows_written = 0
+        self._queued: list[Segment] = []     # rows not yet in a batch
+        self._queued_rows = 0
+        self._in_flight: list[tuple[Batch, Future]] = []
+        self._pool: WriterPool | None = None
+        self._closed = False
         self._failed: dict[str, str] = {}    # source -> error, for files failed while being written
-        self._partial: set[str] = set()      # sources with rows stored by an earlier flush, last part pending
+        self._touched: set[str] = set()      # sources whose rows may be in the store, file not settled yet
         self._collection_ready = False
-        self._lock = threading.RLock()       # add() runs in the writer thread, flush_if_due() in the main loop
+        self._lock = threading.RLock()       # add() runs in the encode thread, flush_if_due() in the main loop
+        self._busy = threading.Lock()        # the busy clock, also run by the pool's result thread
+        self._busy_n, self._busy_since = 0, 0.0
 
     def add(self, file: Finished, start: int, texts: list[tuple[int | None, str]], vectors: np.ndarray,
             last: bool) -> None:
         """Queue rows for chunks [start, start+len) of `file`; `last` marks the file's final part."""
         with self._lock:
             ref = file.ref
-            if ref.source not in self._failed:
-                for i, ((page, text), vec) in enumerate(zip(texts, vectors), start):
-                    self.rows.append({"id": chunk_id(ref.source, i, text), "vector": vec.tolist(), "text": text,
-                                      "source": ref.source, "page": page or 0, "chunk": i, "format": ref.fmt,
-                                      "file_hash": ref.file_hash})
-                if vectors.shape[0] and not self._collection_ready:
+            if ref.source not in self._failed and texts:
+                if not self._collection_ready:
                     self.store.ensure_collection(self.model, int(vectors.shape[1]), self.backend)
                     self._collection_ready = True
+                self._queue(Segment(ref.source, ref.fmt, ref.file_hash, start, tuple(texts), vectors))
             if last:
                 self.files.append(file)
-            if (len(self.rows) >= self.batch_rows or len(self.files) >= self.batch_files
-                    or time.monotonic() - self.last_flush > FLUSH_EVERY_S):
+            self._take_answers(self.processes * MAX_IN_FLIGHT)
+            if self.files and (len(self.files) >= self.batch_files
+                               or time.monotonic() - self.last_flush > FLUSH_EVERY_S):
                 self._flush()
 
     def fail(self, file: Finished, error: str) -> None:
@@ -82,48 +92,118 @@ class Writer:
     def flush_if_due(self) -> None:
         """Flush what waits if the last flush is FLUSH_EVERY_S old: files must not wait for a next add()."""
         with self._lock:
-            if (self.rows or self.files) and time.monotonic() - self.last_flush > FLUSH_EVERY_S:
+            if self.files and time.monotonic() - self.last_flush > FLUSH_EVERY_S:
                 self._flush()
 
     def flush(self) -> None:
+        """Write and record everything added (the end of input); the writer processes stop (a later add
+        starts new ones)."""
         with self._lock:
             self._flush()
+            self._stop_pool()
+
+    def close(self) -> None:
+        """Stop the writer processes for good (the run ends or stops). Needs no lock: another thread may be
+        waiting on them, and gets StoreError instead of a resubmit."""
+        self._closed = True
+        self._stop_pool()
+
+    def _stop_pool(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.stop()
+
+    # -- batches --------------------------------------------------------------------
+    def _queue(self, segment: Segment) -> None:
+        """Queue a segment; submit every full batch."""
+        while self._queued_rows + len(segment.chunks) >= self.batch_rows:
+            head, segment = segment.cut(self.batch_rows - self._queued_rows)
+            self._queued.append(head)
+            self._submit_queued()
+        if segment.chunks:
+            self._queued.append(segment)
+            self._queued_rows += len(segment.chunks)
+
+    def _submit_queued(self) -> None:
+        if self._queued:
+            self._submit(Batch(tuple(self._queued)))
+        self._queued, self._queued_rows = [], 0
+
+    def _submit(self, batch: Batch) -> None:
+        if self._closed:
+            raise StoreError(f"the run stopped before {batch.rows} rows were written to {self.store.uri}")
+        pool = self._pool = self._pool or WriterPool(self.store.endpoint(), self.processes)
+        with self._busy:
+            if self._busy_n == 0:
+                self._busy_since = time.perf_counter()
+            self._busy_n += 1
+        future = pool.submit(batch)
+        future.add_done_callback(self._answered)
+        self._in_flight.append((batch, future))
+
+    def _answered(self, _: Future) -> None:
+        with self._busy:
+            self._busy_n -= 1
+            if self._busy_n == 0:
+                self.seconds += time.perf_counter() - self._busy_since
+
+    def _take_answers(self, leave: int) -> None:
+        """Take the answers of finished batches, waiting until at most `leave` are unanswered. Every Future
+        resolves within `answer_within` of its start: a longer silence is an unreachable store."""
+        patience = answer_within(self.store.timeout_s)
+        deadline = time.monotonic() + patience
+        while True:
+            waiting, answered = [], []
+            for item in self._in_flight:
+                (answered if item[1].done() else waiting).append(item)
+            self._in_flight = waiting
+            for batch, future in answered:
+                self._answer(batch, future.result())        # may submit a refused batch's files again
+            if len(self._in_flight) <= leave:
+                return
+            if answered:
+                deadline = time.monotonic() + patience
+            elif time.monotonic() > deadline:
+                raise StoreError(f"store {self.store.uri} did not answer: {len(self._in_flight)} batches of rows "
+                                 "unanswered by the writer processes; check the server, then rerun: the rerun resumes")
+            wait([f for _, f in self._in_flight], timeout=0.5, return_when=FIRST_COMPLETED)
+
+    def _answer(self, batch: Batch, answer: Ack | Refused | Unreachable | Failure) -> None:
+        if isinstance(answer, Ack):
+            self.rows_written += answer.rows
+            self._touched.update(batch.sources)
+            return
+        if isinstance(answer, Unreachable):
+            raise StoreError(answer.error)
+        if isinstance(answer, Failure):                  # the writer died twice or timed out: rows may be in
+            self._touched.update(batch.sources)
+        parts = batch.by_source()
+        if len(parts) > 1:                               # retry file by file (see NOTE)
+            for part in parts:
+                if part.segments[0].source not in self._failed:
+                    self._submit(part)
+            return
+        source = parts[0].segments[0].source
+        error = answer.error if isinstance(answer, Refused) else f"its rows could not be written: {answer.where}" \
+            f"{f' (pid {answer.pid})' if answer.pid else ''}: {answer.error}"
+        self._fail(source, error)
 
     def _fail(self, source: str, error: str) -> None:
         self._failed.setdefault(source, error)
-        self.rows = [r for r in self.rows if r["source"] != source]
+        self._queued = [s for s in self._queued if s.source != source]
+        self._queued_rows = sum(len(s.chunks) for s in self._queued)
 
-    def _upsert(self) -> None:
-        """Store the queued rows; a refused batch is retried file by file (see NOTE)."""
-        for i in range(0, len(self.rows), self.batch_rows):
-            batch = self.rows[i:i + self.batch_rows]
-            try:
-                self.store.upsert(batch)
-                self._stored(batch)
-            except StoreRejected:
-                by_source: dict[str, list[dict]] = {}
-                for row in batch:
-                    by_source.setdefault(row["source"], []).append(row)
-                for source, rows in by_source.items():
-                    try:
-                        self.store.upsert(rows)
-                        self._stored(rows)
-                    except StoreRejected as exc:
-                        self._failed.setdefault(source, str(exc))
-
-    def _stored(self, rows: list[dict]) -> None:
-        self.rows_written += len(rows)
-        self._partial.update(r["source"] for r in rows)
-
+    # -- flush ----------------------------------------------------------------------
     def _flush(self) -> None:
+        self._submit_queued()
+        self._take_answers(0)
         start = time.perf_counter()
-        if self.rows:
-            self._upsert()
+        if self._touched:
             self.store.flush()
         failed_here = {f.ref.source for f in self.files if f.ref.source in self._failed}
         done = [self._settle(f) for f in self.files]
         removed = [f.ref.source for f in done
-                   if f.drop or (f.ref.source in failed_here and f.ref.source in self._partial)]
+                   if f.drop or (f.ref.source in failed_here and f.ref.source in self._touched)]
         changed = [f for f in done if f.outcome.status == "ingested" and f.old_hash and f.old_hash != f.ref.file_hash]
         for f in changed:
             self.store.delete_stale(f.ref.source, f.ref.file_hash)
@@ -131,16 +211,17 @@ class Writer:
             self.store.delete_source(source)
         if changed or removed:
             self.store.flush()
-        self._partial -= {f.ref.source for f in done}
+        self._touched -= {f.ref.source for f in done}
         entries = [Entry(f.ref.source, f.ref.size, f.ref.mtime_ns, f.ref.file_hash, "ingested", f.outcome.chunks,
                          f.ref.fmt, self.settings) for f in done if f.record]
         if entries:
             self.manifest.record(entries)
         if removed:
             self.manifest.remove(removed)
-        self.rows, self.files = [], []
+        self.files = []
         self.last_flush = time.monotonic()
-        self.seconds += time.perf_counter() - start
+        with self._busy:
+            self.seconds += time.perf_counter() - start
         for f in done:
             self.on_written(f)
 

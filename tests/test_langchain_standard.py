@@ -16,7 +16,7 @@ _pools: dict[str, EncodePool] = {}
 
 
 def _pool(backend: str) -> EncodePool:
-    if backend != "torch":
+    if backend not in ("torch", "null"):
         entry = ensure_export(resolve_model())[backend]
         if not entry["ok"]:                 # the guard decides per CPU (test_onnx.guarded)
             pytest.skip(f"{backend} refused by its guard on this CPU: {entry['reason']}")
@@ -45,7 +45,7 @@ class _Ingest:
         return {"pool_or_model": _pool(self.backend)}
 
 
-# TestTorchUnit, TestTorchIntegration, TestOnnxUnit, …, TestOpenvinoIntegration: both suites per backend
+# TestTorchUnit, TestTorchIntegration, TestOnnxUnit, …, TestNullIntegration: both suites per backend
 for _backend in BACKENDS:
     for _suite in (EmbeddingsUnitTests, EmbeddingsIntegrationTests):
         _name = f"Test{_backend.title().replace('-', '')}{_suite.__name__.removeprefix('Embeddings').removesuffix('Tests')}"

@@ -37,8 +37,8 @@ BROKEN = ("its worker processes cannot start or keep dying (a [loaders] plugin f
 MAX_BREAKS = 3          # a pool broken this many times in a row, with no task done between, is not retried
 
 
-def _start_worker(initializer: Callable[..., None] | None, *initargs: Any) -> None:
-    watch_parent()
+def _start_worker(role: str, initializer: Callable[..., None] | None, *initargs: Any) -> None:
+    watch_parent(role)
     if initializer is not None:
         initializer(*initargs)
 
@@ -61,7 +61,7 @@ class Pools:
         with self._lock:
             if name not in self._pools:
                 self._pools[name] = ProcessPool(max_workers=self._sizes[name], initializer=_start_worker,
-                                                initargs=self._initargs, context=SPAWN)
+                                                initargs=(name, *self._initargs), context=SPAWN)
             return self._pools[name]
 
     def _replace(self, name: str, broken: ProcessPool) -> None:

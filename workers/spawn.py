@@ -54,8 +54,11 @@ class IngestContext(multiprocessing.context.SpawnContext):
 SPAWN = IngestContext()
 
 
-def watch_parent(interval_s: float = 0.5, exit_code: int = 70) -> None:
-    """Exit this process as soon as its parent dies. Call first thing in every worker."""
+def watch_parent(role: str = "", interval_s: float = 0.5, exit_code: int = 70) -> None:
+    """Exit this process as soon as its parent dies. Call first thing in every worker; `role` names
+    the process `ingest-<role>` for ps, top and bench/feed.py's per-stage CPU."""
+    if role:
+        name_process(role)
     parent = mp.parent_process()
     ppid = os.getppid()
 
@@ -66,3 +69,13 @@ def watch_parent(interval_s: float = 0.5, exit_code: int = 70) -> None:
                 os._exit(exit_code)
 
     threading.Thread(target=loop, name="ingest-parent-watchdog", daemon=True).start()
+
+
+def name_process(role: str) -> None:
+    """Show this process as `ingest-<role>` (Linux: the kernel's 15-character comm); a no-op elsewhere."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, f"ingest-{role}".encode()[:15], 0, 0, 0)      # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass

@@ -56,28 +56,30 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from ._coordinator import Coordinator
-from ._messages import EncodeError, WorkerSpec
-from ._process import plan_devices
+from ._messages import BatchPlan, EncodeError, Pretokenized, WorkerSpec
+from ._process import plan_devices, usable_cores
 from ._stream import EncodeRun
+from ._tokenize import load_tokenizer
 
-__all__ = ["EncodeEngine", "EncodeError", "WorkerSpec", "plan_devices"]
+__all__ = ["BatchPlan", "EncodeEngine", "EncodeError", "Pretokenized", "WorkerSpec", "load_tokenizer", "plan_devices",
+           "usable_cores"]
 
-WINDOW_BATCHES = 8               # batches per window: the span sorted by length
+WINDOW_BATCHES = 16              # batches per window: the span sorted by length
 
 
 class EncodeEngine:
     """The encode pool as its callers see it; every method runs in the caller's thread. Starts
     the workers at once; close() (also run at interpreter exit) stops every process."""
 
-    def __init__(self, specs: list[WorkerSpec], tokenizer_file: str, *, batch_size: int, tokenizer_workers: int,
-                 timeout_s: float, max_attempts: int):
-        self._window_size = batch_size * WINDOW_BATCHES
-        self._max_windows = 2 + 2 * (tokenizer_workers + len(specs))
+    def __init__(self, specs: list[WorkerSpec], tokenizer_file: str, *, batch_size: int | None,
+                 max_batch_tokens: int | None, tokenizer_workers: int | None, timeout_s: float, max_attempts: int,
+                 lazy_tokenizers: bool = False):
         self._closed = False
         self._close_lock = threading.Lock()
         self._coordinator = Coordinator(specs, tokenizer_file, batch_size=batch_size,
-                                        tokenizer_workers=tokenizer_workers, timeout_s=timeout_s,
-                                        max_attempts=max_attempts)
+                                        max_batch_tokens=max_batch_tokens, tokenizer_workers=tokenizer_workers,
+                                        timeout_s=timeout_s, max_attempts=max_attempts,
+                                        lazy_tokenizers=lazy_tokenizers)
         atexit.register(self.close)
 
     def encode_groups(self, groups: Iterable[tuple[Any, Any]], on_rows=None,
@@ -85,8 +87,10 @@ class EncodeEngine:
         """(key, rows) per group in input order. With `on_failed(first, count, error)`, chunks that
         cannot be encoded after every retry get NaN rows and are reported there (from the
         coordinator's thread) instead of ending the call with EncodeError."""
-        dim = self.dim
-        run = EncodeRun(groups, self._window_size, self._max_windows, self._coordinator.wake, on_failed)
+        dim = self.dim                         # the first worker is ready: the batch plan is known
+        c = self._coordinator
+        max_windows = 2 + 2 * (c.tokenizer_workers + len(c.workers))
+        run = EncodeRun(groups, c.plan.batch_size * WINDOW_BATCHES, max_windows, c.wake, on_failed)
         self._coordinator.submit(run)
         yield from run.results(dim, self._check_alive, on_rows)
 
@@ -113,8 +117,14 @@ class EncodeEngine:
         return [w.process.pid for w in self._coordinator.workers]
 
     @property
+    def batch_plan(self) -> BatchPlan:
+        """Rows and padded tokens per batch (waits for the first worker: its device decides the defaults)."""
+        self._wait(self._coordinator.first_ready)
+        return self._coordinator.plan
+
+    @property
     def stats(self) -> dict[str, Any]:
-        """chunks and batches done, seconds tokenizing and encoding (summed over processes),
+        """chunks and batches done, busy seconds tokenizing and encoding (summed over processes),
         retries, splits, worker and tokenizer-pool restarts."""
         return self._coordinator.stats()
 

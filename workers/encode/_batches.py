@@ -12,10 +12,12 @@ if TYPE_CHECKING:
 
 
 class Window:
-    __slots__ = ("run", "number", "first", "texts", "rows", "pending", "tokenize_attempts")
+    __slots__ = ("run", "number", "first", "texts", "tokens", "rows", "pending", "tokenize_attempts")
 
-    def __init__(self, run: EncodeRun, number: int, first: int, texts: list[str]):
+    def __init__(self, run: EncodeRun, number: int, first: int, texts: list[str],
+                 tokens: tuple[np.ndarray, np.ndarray] | None = None):
         self.run, self.number, self.first, self.texts = run, number, first, texts
+        self.tokens = tokens                   # (flat ids, lengths) when the texts came pretokenized
         self.rows: np.ndarray | None = None
         self.pending = 0
         self.tokenize_attempts = 0

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Sequence
+
+import numpy as np
 
 from ..failure import Failure
-
-if TYPE_CHECKING:
-    import numpy as np
 
 
 class EncodeError(RuntimeError):
@@ -34,9 +33,34 @@ class WorkerSpec:
     dtype: str | None           # None: float16 on CUDA, float32 on CPU
     threads: int                # torch (or ONNX Runtime) threads on CPU
     normalize: bool
-    backend: str = "torch"      # "torch"; "onnx", "onnx-int8", "openvino": model_file on the CPU, no torch
+    backend: str = "torch"      # "torch"; "onnx", "onnx-int8", "openvino": model_file on the CPU, no torch; "null"
     model_file: str = ""        # the exported .onnx file (ONNX backends)
-    max_seq_length: int = 0     # the model's (ONNX backends; torch reads it from the model)
+    max_seq_length: int = 0     # the model's (ONNX and null backends; torch reads it from the model)
+    dim: int = 0                # the model's embedding dimension (null backend: no model is loaded)
+    compile: bool = False       # torch.compile the transformer (torch backend)
+
+
+@dataclass(frozen=True, eq=False)
+class Pretokenized:
+    """Texts with their token ids already made (by the chunker): the pool skips its tokenizer
+    processes. ids: int32, every text's ids ([CLS] ... [SEP]) concatenated; lengths: int32 per text."""
+    texts: Sequence[str]
+    ids: np.ndarray
+    lengths: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """How windows are cut into batches: rows and padded tokens per batch at most, the model's
+    max length (padding never goes beyond it), and the multiple lengths are padded to (8 on
+    CUDA or when compiled: few shapes; 1 on the CPU, where padding is only cost)."""
+    batch_size: int
+    max_tokens: int
+    max_length: int
+    multiple: int = 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,7 +108,7 @@ class TaskStarted:
 class TaskDone:
     batch_id: int
     embeddings: np.ndarray      # float32 (rows, dim), rows in the task's order
-    seconds: float
+    seconds: float              # busy time: from the later of its launch and the previous batch's end
 
 
 @dataclass(frozen=True)

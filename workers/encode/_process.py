@@ -21,9 +21,9 @@ from ._messages import EncodeTask, WorkerReady, WorkerSpec
 
 def plan_devices(devices: str | Iterable[str] | None, model_path: str, dtype: str | None,
                  normalize: bool, backend: str = "torch", model_file: str = "",
-                 max_seq_length: int = 0) -> list[WorkerSpec]:
-    """One WorkerSpec per worker; CPU workers split the cores between them. The ONNX backends
-    run on the CPU: "auto" means one CPU worker there."""
+                 max_seq_length: int = 0, dim: int = 0, compile: bool = False) -> list[WorkerSpec]:
+    """One WorkerSpec per worker; CPU workers split the cores between them. The ONNX and null
+    backends run on the CPU: "auto" means one CPU worker there."""
     onnx = backend != "torch"
     auto = ["cpu"] if onnx else ["auto"]
     names = auto if devices in (None, "auto") else [devices] if isinstance(devices, str) else list(devices)
@@ -36,7 +36,7 @@ def plan_devices(devices: str | Iterable[str] | None, model_path: str, dtype: st
     if onnx and any(n != "cpu" for n in names):
         raise ValueError(f"backend {backend!r} runs on the CPU; use backend \"torch\" for CUDA devices")
     threads = max(1, usable_cores() // max(1, sum(n in ("auto", "cpu") for n in names)))
-    return [WorkerSpec(model_path, name, dtype, threads, normalize, backend, model_file, max_seq_length)
+    return [WorkerSpec(model_path, name, dtype, threads, normalize, backend, model_file, max_seq_length, dim, compile)
             for name in names]
 
 

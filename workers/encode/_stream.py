@@ -1,7 +1,8 @@
 """One call's stream through the encode pool: its input feeder, its windows, its ordered output.
 
 A run reads its (key, texts) groups in a feeder thread, since the iterable may block for long
-stretches (document loaders feed it). The coordinator cuts the arrived texts into windows:
+stretches (document loaders feed it). texts may be Pretokenized (the chunker made the ids): a
+window made only of such texts is batched by the coordinator without a tokenizer process. The coordinator cuts the arrived texts into windows:
 a full window, or whatever is there once the oldest waiting text has waited STALL_S, or the
 rest when the input ends; it never waits to fill a window. Finished windows come back to
 `window_done`, a reorder buffer (workers/reorder.py) keyed by window number that releases
@@ -21,6 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from ..reorder import Reorder
+from ._messages import Pretokenized
 
 STALL_S = 0.05
 _END = object()
@@ -41,7 +43,7 @@ class EncodeRun:
         self._slots_lock = threading.Lock()
         self._free_slots = max_windows
         # coordinator-only state
-        self._pending: deque[str] = deque()
+        self._pending: deque[tuple[str, np.ndarray | None]] = deque()    # (text, its ids if pretokenized)
         self._oldest = 0.0                   # arrival time of the oldest pending text
         self._input_ended = False
         self._cut = 0                        # texts cut into windows so far
@@ -56,16 +58,22 @@ class EncodeRun:
             for key, texts in groups:
                 if self.stopped:
                     return
-                if not isinstance(texts, (list, tuple)):
-                    texts = list(texts)
-                for i, text in enumerate(texts):
-                    if not isinstance(text, str):
-                        where = f"text {seen + i}" if key is None else f"text {i} of group {key!r}"
-                        raise TypeError(f"{where} is {type(text).__name__}, not str")
-                seen += len(texts)
-                self._layout.append((key, len(texts)))
-                if texts:
-                    self._put((time.monotonic(), texts))
+                if isinstance(texts, Pretokenized):
+                    ends = np.cumsum(texts.lengths)
+                    if len(texts.lengths) != len(texts.texts) or (ends[-1] if len(ends) else 0) != len(texts.ids):
+                        raise ValueError(f"group {key!r}: Pretokenized lengths do not match its texts and ids")
+                    items = list(zip(texts.texts, np.split(texts.ids, ends[:-1]) if len(ends) else []))
+                else:
+                    texts = texts if isinstance(texts, (list, tuple)) else list(texts)
+                    for i, text in enumerate(texts):
+                        if not isinstance(text, str):
+                            where = f"text {seen + i}" if key is None else f"text {i} of group {key!r}"
+                            raise TypeError(f"{where} is {type(text).__name__}, not str")
+                    items = [(text, None) for text in texts]
+                seen += len(items)
+                self._layout.append((key, len(items)))
+                if items:
+                    self._put((time.monotonic(), items))
                 else:
                     self._results.put(None)          # lets the caller yield the empty group now
             self._put(_END)
@@ -85,8 +93,9 @@ class EncodeRun:
             return
 
     # -- coordinator thread ----------------------------------------------------------
-    def next_window(self, now: float) -> tuple[int, int, list[str]] | None:
-        """(window number, run index of its first text, texts) if one is due and may be cut."""
+    def next_window(self, now: float) -> tuple[int, int, list[str], tuple[np.ndarray, np.ndarray] | None] | None:
+        """(window number, run index of its first text, texts, (flat ids, lengths) if every text
+        came pretokenized else None) if one is due and may be cut."""
         while len(self._pending) < self.window_size and not self._input_ended:
             try:
                 item = self._inbox.get_nowait()
@@ -105,8 +114,13 @@ class EncodeRun:
             if not self._free_slots:
                 return None
             self._free_slots -= 1
-        texts = [self._pending.popleft() for _ in range(min(self.window_size, len(self._pending)))]
-        cut = (self._windows, self._cut, texts)
+        items = [self._pending.popleft() for _ in range(min(self.window_size, len(self._pending)))]
+        texts = [text for text, _ in items]
+        tokens = None
+        if all(ids is not None for _, ids in items):
+            arrays = [ids for _, ids in items]
+            tokens = (np.concatenate(arrays), np.fromiter(map(len, arrays), dtype=np.int32, count=len(arrays)))
+        cut = (self._windows, self._cut, texts, tokens)
         self._windows += 1
         self._cut += len(texts)
         return cut

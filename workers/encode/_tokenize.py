@@ -20,7 +20,7 @@ from pebble import ProcessExpired, ProcessPool
 
 from ..failure import Failure
 from ..spawn import SPAWN, watch_parent
-from ._messages import TokenBatch, TokenizedWindow
+from ._messages import BatchPlan, TokenBatch, TokenizedWindow
 
 _tokenizer = None
 _pad_id = 0
@@ -43,36 +43,44 @@ def init_tokenizer_process(tokenizer_file: str, max_length: int, threads: int) -
     many cores (feeding a GPU needs several: one core tokenizes ~3,500 chunks of 183 tokens
     a second); 1 when the encode workers compute on the CPU, to leave the cores to them."""
     global _tokenizer, _pad_id
-    watch_parent()
+    watch_parent("tokenize")
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
     os.environ["RAYON_NUM_THREADS"] = str(threads)       # read when the first batch is encoded
     _tokenizer, _pad_id = load_tokenizer(tokenizer_file, max_length)
 
 
-def tokenize_window(texts: list[str], batch_size: int) -> TokenizedWindow:
+def tokenize_window(texts: list[str], plan: BatchPlan) -> TokenizedWindow:
     """pebble task: tokenize a window and cut it into batches of similar length."""
     started = time.perf_counter()
     ids = [enc.ids for enc in _tokenizer.encode_batch(texts)]
-    batches = bucket_by_length(ids, batch_size, _pad_id)
-    return TokenizedWindow(batches, time.perf_counter() - started)
-
-
-def bucket_by_length(ids: list[list[int]], batch_size: int, pad_id: int) -> tuple[TokenBatch, ...]:
-    """Sort rows longest first (stable) and pad each batch only to its own longest row."""
     lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+    flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
+    return TokenizedWindow(bucket_by_length(flat, lengths, _pad_id, plan), time.perf_counter() - started)
+
+
+def bucket_by_length(flat: np.ndarray, lengths: np.ndarray, pad_id: int, plan: BatchPlan) -> tuple[TokenBatch, ...]:
+    """Sort rows longest first (stable) and cut them into batches: each padded to its longest row
+    rounded up to a multiple of plan.multiple (within the model's max length), with at most
+    plan.batch_size rows and plan.max_tokens padded tokens. With a multiple of 8, batches come in
+    few shapes, and a compiled model reuses them. `flat` holds the rows' ids one after another."""
+    starts = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
     order = np.argsort(-lengths, kind="stable").astype(np.int32)
-    flat = np.fromiter(chain.from_iterable(ids[i] for i in order), dtype=np.int32, count=int(lengths.sum()))
-    batches, offset = [], 0
-    for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
+    last = max(len(flat) - 1, 0)
+    batches, i = [], 0
+    while i < len(order):
+        longest = int(lengths[order[i]])
+        width = -(-longest // plan.multiple) * plan.multiple
+        if width > plan.max_length:
+            width = longest
+        rows = order[i:i + max(1, min(plan.batch_size, plan.max_tokens // max(width, 1)))]
         row_lengths = lengths[rows]
-        longest = int(row_lengths[0])
-        padded = np.full((len(rows), longest), pad_id, dtype=np.int32)
-        mask = np.arange(longest) < row_lengths[:, None]
-        used = int(row_lengths.sum())
-        padded[mask] = flat[offset:offset + used]     # row-major fill = row after row
-        offset += used
+        column = np.arange(width)
+        mask = column < row_lengths[:, None]
+        index = np.minimum(starts[rows][:, None] + column, last)
+        padded = np.where(mask, flat[index] if len(flat) else 0, pad_id).astype(np.int32)
         batches.append(TokenBatch(positions=rows, ids=padded, lengths=row_lengths))
+        i += len(rows)
     return tuple(batches)
 
 
@@ -87,9 +95,9 @@ class TokenizerPool:
         self.restarts = 0
         self._pool = ProcessPool(**self._options)
 
-    def submit(self, texts: list[str], batch_size: int, done: Callable[[Future], None]) -> None:
+    def submit(self, texts: list[str], plan: BatchPlan, done: Callable[[Future], None]) -> None:
         """Tokenize `texts` in a process; `done(future)` runs in a pebble thread."""
-        args = (texts, batch_size)
+        args = (texts, plan)
         try:
             future = self._pool.schedule(tokenize_window, args=args, timeout=self._timeout_s)
         except RuntimeError:                   # pebble's pool breaks if an idle worker dies: start anew

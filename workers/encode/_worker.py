@@ -6,7 +6,8 @@ attention_mask, and token_type_ids when the tokenizer has them) under
 torch.inference_mode, like SentenceTransformer.encode minus its tokenization. On CUDA, the
 next batch is pinned, copied and launched while the current one computes (_Runner).
 torch is imported inside functions only: the parent imports this module for `main`. With an
-ONNX backend the worker runs OnnxRunner and never imports torch or sentence-transformers.
+ONNX backend the worker runs OnnxRunner, with the null backend NullRunner (constant rows, no
+model), and neither imports torch or sentence-transformers.
 Protocol and fault handling: NOTE in workers/encode/__init__.py.
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ._messages import (DevicesFound, EncodeTask, TaskDone, TaskFailed, TaskStar
                         WorkerSpec)
 
 FAULT_ENV = "INGEST_FAULT"
+CUDA_HOST_THREADS = 2
 
 
 def fault_hook_active() -> bool:
@@ -93,12 +95,18 @@ class _Runner:
         if self.cuda:
             torch.cuda.set_device(self.device)
             self.copy_stream = torch.cuda.Stream(self.device)
-        else:
-            torch.set_num_threads(spec.threads)
+        # On CUDA the host side only launches kernels: CUDA_HOST_THREADS keeps torch off the cores
+        # that loaders and tokenizers need.
+        torch.set_num_threads(CUDA_HOST_THREADS if self.cuda else spec.threads)
         _quiet_transformers()
         model = SentenceTransformer(spec.model_path, device=device)
         dtype = spec.dtype or ("float16" if self.cuda else "float32")
         self.model = model.to(getattr(torch, dtype)).eval()
+        if spec.compile:
+            # Batches come in few shapes (lengths padded to a multiple of 8), so compiled graphs are reused.
+            # sentence-transformers calls the transformer's forward by name: compile that.
+            transformer = model[0].auto_model
+            transformer.forward = torch.compile(transformer.forward, dynamic=None)
         self.normalize = spec.normalize
         names = getattr(getattr(model[0], "tokenizer", None), "model_input_names", None)
         self.wants_token_types = names is None or "token_type_ids" in names
@@ -153,6 +161,27 @@ class _Runner:
             os._exit(1)
 
 
+class NullRunner:
+    """No model: constant unit rows of the model's dimension, to measure everything but the model."""
+
+    depth = 1
+
+    def __init__(self, spec: WorkerSpec):
+        if spec.dim < 1:
+            raise ValueError(f"the null backend needs the model's dimension; none found in {spec.model_path}")
+        self.dim, self.max_seq_length = spec.dim, spec.max_seq_length
+        self.row = np.full((1, spec.dim), spec.dim ** -0.5, dtype=np.float32)
+
+    def launch(self, task: EncodeTask):
+        return np.repeat(self.row, len(task.lengths), axis=0)
+
+    def collect(self, handle) -> np.ndarray:
+        return handle
+
+    def recover(self, exc: Exception) -> None:
+        pass
+
+
 class OnnxRunner:
     """An exported model on the CPU (ONNX Runtime; OpenVINO for backend "openvino"); the same
     interface as _Runner with depth 1: launch() computes. Threads: the worker's share of the cores."""
@@ -189,13 +218,14 @@ def _quiet_transformers() -> None:
 
 def main(spec: WorkerSpec, inbox: Connection, outbox: Connection) -> None:
     """Process target: start up, report WorkerReady (or a Failure), then serve batches."""
-    watch_parent()
+    watch_parent("encode")
     signal.signal(signal.SIGINT, signal.SIG_IGN)       # the parent decides when workers stop
     where = f"encode worker {spec.device}"
     try:
         device = _resolve_device(spec, outbox)
         where = f"encode worker {device}"
-        runner = _Runner(spec, device) if spec.backend == "torch" else OnnxRunner(spec)
+        runner = (_Runner(spec, device) if spec.backend == "torch" else NullRunner(spec) if spec.backend == "null"
+                  else OnnxRunner(spec))
         warm_up = EncodeTask(-1, ids=np.zeros((1, 2), np.int32), lengths=np.array([2], np.int32), texts=None)
         runner.collect(runner.launch(warm_up))   # first-call costs count as start-up
     except BaseException as exc:
@@ -237,10 +267,14 @@ def _receive(inbox: Connection, block: bool) -> EncodeTask | None | bool:
         return None
 
 
-def _serve(runner: _Runner | OnnxRunner, inbox: Connection, outbox: Connection, faults: FaultHook, where: str) -> None:
-    """Launch up to runner.depth batches, then report the oldest when its embeddings are back."""
+def _serve(runner: _Runner | OnnxRunner | NullRunner, inbox: Connection, outbox: Connection, faults: FaultHook,
+           where: str) -> None:
+    """Launch up to runner.depth batches, then report the oldest when its embeddings are back.
+    A batch's seconds are busy time: from the later of its launch and the previous batch's end
+    (on CUDA the next batch is launched while the current one computes)."""
     launched: deque = deque()       # (task, handle, start time), oldest first
     stopping = False
+    last_done = 0.0
 
     def fail(task: EncodeTask, exc: Exception) -> None:
         outbox.send(TaskFailed(task.batch_id, Failure(where, f"raised {type(exc).__name__}: {exc}",
@@ -272,4 +306,6 @@ def _serve(runner: _Runner | OnnxRunner, inbox: Connection, outbox: Connection, 
         except Exception as exc:
             fail(task, exc)
             continue
-        outbox.send(TaskDone(task.batch_id, embeddings, time.perf_counter() - started))
+        now = time.perf_counter()
+        outbox.send(TaskDone(task.batch_id, embeddings, now - max(started, last_done)))
+        last_done = now

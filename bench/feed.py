@@ -1,0 +1,247 @@
+"""The host side's cost per chunk: `ingest run` with the null backend (no model) on text documents,
+into Milvus Lite and into a real Milvus server started here on loopback.
+
+    python bench/feed.py                          # 200 documents, Lite and (if installed) milvus-server
+    python bench/feed.py --docs 400 --stores lite
+    python bench/feed.py --backend openvino --code 6746f18    # another commit's code, beside this one
+
+Each configuration runs twice, on --small and on --docs documents, each into a fresh store, and
+the figures are the differences, so start-up (imports, spawns, the store's opening) drops out:
+chunks/s in steady state, and CPU microseconds per chunk for the whole process tree (what the
+kernel charged to `ingest run` and every descendant it reaped, the Milvus server's own process
+excluded) and per stage, from sampling each process by its name (ingest-txt, ingest-encode,
+ingest-writer, ingest-lite, ...). With a real backend, "host" is the tree less the encode
+workers. 16 cores then feed at most 16e6 / (host us per chunk) chunks/s.
+
+--code REV runs the same measurement on the code of git revision REV too (copied into a temporary
+package beside this one), in the same run, so the ratio is fair. Old code has no null backend:
+give both a real one (--backend), and its encode workers are told apart by the runtime they load.
+`pip install milvus` (2.3.5) provides `milvus-server`, a real Milvus standalone.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parent.parent
+WORDS = ("river mountain engine harbour lantern orchard copper glacier violin meadow falcon circuit "
+         "canyon archive thunder pepper compass marble ribbon saddle quartz tunnel beacon walnut").split()
+ENCODE_LIBS = ("libtorch_cpu", "libonnxruntime", "onnxruntime_pybind", "libopenvino.so")
+
+
+def make_docs(folder: Path, n: int, paragraphs: int = 16) -> None:
+    """n documents of `paragraphs` paragraphs of ~150 words: one ~190-token chunk each."""
+    folder.mkdir(parents=True)
+    rng = random.Random(0)
+    for i in range(n):
+        paras = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(140, 160))) + "." for _ in range(paragraphs)]
+        (folder / f"doc{i:05d}.txt").write_text("\n\n".join(paras))
+
+
+def role(p: psutil.Process) -> str:
+    """The stage a process belongs to: its ingest-<role> name, else (old code) encode if it loaded a runtime."""
+    try:
+        name = p.name()
+        if name.startswith("ingest-"):
+            return name.removeprefix("ingest-")
+        if any(lib in m.path for m in p.memory_maps() for lib in ENCODE_LIBS):
+            return "encode"
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+    return "other"
+
+
+def children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def measured_run(argv: list[str], cwd: Path, env: dict) -> dict:
+    """Run `ingest run`; sample its process tree's CPU by role every 0.1 s."""
+    before = children_cpu()
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    top = psutil.Process(proc.pid)
+    last: dict[int, tuple[str, float]] = {}
+    roles: dict[int, str] = {}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            try:
+                tree = [top] + top.children(recursive=True)
+            except psutil.NoSuchProcess:
+                break
+            for p in tree:
+                try:
+                    t = p.cpu_times()
+                    if p.pid not in roles or roles[p.pid] == "other":
+                        roles[p.pid] = "supervisor" if p.pid == proc.pid else role(p)
+                    last[p.pid] = (roles[p.pid], t.user + t.system)
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+            time.sleep(0.1)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, stderr = proc.communicate()
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        sys.exit(f"ingest run failed ({proc.returncode}): {stderr.strip().splitlines()[-3:]}")
+    stages: dict[str, float] = {}
+    for name, cpu in last.values():
+        stages[name] = stages.get(name, 0.0) + cpu
+    tree = children_cpu() - before
+    stages["unsampled"] = tree - sum(stages.values())
+    report = json.loads((cwd / "report.json").read_text())
+    return {"wall": wall, "tree": tree, "stages": stages, "chunks": report["totals"]["chunks"],
+            "rates": report["totals"].get("chunks_per_s", {})}
+
+
+def start_server(data: Path) -> tuple[subprocess.Popen, str]:
+    exe = shutil.which("milvus-server") or str(Path(sys.executable).parent / "milvus-server")
+    if not Path(exe).exists():
+        raise FileNotFoundError("milvus-server not found: pip install milvus  (2.3.5 ships Milvus standalone)")
+    log = open(data.parent / "milvus-server.log", "ab")
+    proc = subprocess.Popen([exe, "--data", str(data)], stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", 19530)) == 0:
+                time.sleep(2)             # the port opens before the server answers
+                return proc, "http://127.0.0.1:19530"
+        time.sleep(0.5)
+    stop_server(proc)
+    raise RuntimeError(f"milvus-server did not start; see {data.parent / 'milvus-server.log'}")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after a short grace (it does not always exit on its own)."""
+    for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        if proc.poll() is not None:
+            return
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def package_of(rev: str, into: Path) -> Path:
+    """The ingest package of git revision `rev`, laid out as installed (loaders/ and workers/ inside)."""
+    src = into / "src"
+    src.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", rev, "ingest", "loaders", "workers"], cwd=ROOT, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    pkg = into / "pkg"
+    shutil.copytree(src / "ingest", pkg / "ingest")
+    shutil.copytree(src / "loaders", pkg / "ingest" / "loaders")
+    shutil.copytree(src / "workers", pkg / "ingest" / "workers")
+    return pkg
+
+
+def measure(label: str, code: Path | None, uri: str, backend: str, docs: Path, small: Path, work: Path,
+            writers: int) -> dict:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    runs = []
+    for n, (folder, tag) in enumerate(((small, "small"), (docs, "big"))):
+        store = uri if "://" in uri else str(work / f"{label}-{tag}.db")
+        collection = f"feed_{label.replace('-', '_')}_{tag}_{os.getpid()}"
+        config = work / "config.toml"
+        config.write_text(f"[store]\nwriters = {writers}\n" if code is None else "")
+        argv = [sys.executable, "-m", "ingest.cli", "run", str(folder), "--store", store, "--collection", collection,
+                "--backend", backend, "--report", str(work / "report.json"), "--quiet", "--config", str(config)]
+        runs.append(measured_run(argv, work, env))
+    small_run, big = runs
+    chunks = big["chunks"] - small_run["chunks"]
+    stages = {k: (big["stages"].get(k, 0) - small_run["stages"].get(k, 0)) * 1e6 / chunks
+              for k in sorted(set(big["stages"]) | set(small_run["stages"]))}
+    tree = (big["tree"] - small_run["tree"]) * 1e6 / chunks
+    host = tree - (stages.get("encode", 0.0) if backend != "null" else 0.0)
+    return {"label": label, "chunks": big["chunks"], "rate": chunks / (big["wall"] - small_run["wall"]),
+            "tree_us": tree, "host_us": host, "stages_us": stages, "report_rates": big["rates"]}
+
+
+def show(r: dict) -> None:
+    stages = ", ".join(f"{k} {v:,.0f}" for k, v in r["stages_us"].items() if abs(v) >= 5)
+    print(f"{r['label']:<22} {r['chunks']:>6} chunks  {r['rate']:>7,.0f} chunks/s  tree {r['tree_us']:>6,.0f} us/chunk"
+          f"  host {r['host_us']:>6,.0f} us/chunk  -> 16 cores feed {16e6 / r['host_us']:>7,.0f} chunks/s")
+    print(f"{'':<22} CPU us/chunk by stage: {stages}")
+    print(f"{'':<22} report's stage rates (chunks/s of busy time): {r['report_rates']}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=200)
+    ap.add_argument("--small", type=int, default=20, help="documents of the start-up run (subtracted)")
+    ap.add_argument("--backend", default="null")
+    ap.add_argument("--stores", default="lite,server", help="lite, server or both")
+    ap.add_argument("--writers", type=int, default=2, help="[store] writers for the server")
+    ap.add_argument("--code", default="", help="also measure the code of this git revision (same run)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ingest-feed-"))
+    make_docs(work / "docs", args.docs)
+    make_docs(work / "small", args.small)
+    codes: list[tuple[str, Path | None]] = [("this", None)]
+    if args.code:
+        codes.insert(0, (args.code[:7], package_of(args.code, work / "old")))
+    print(f"machine: {os.cpu_count()} cores, {_cpu_name()}; backend {args.backend}; documents {args.docs} "
+          f"(start-up run: {args.small}, subtracted)", flush=True)
+    results = []
+    server = None
+    try:
+        for store in args.stores.split(","):
+            uri = "lite"
+            if store == "server":
+                try:
+                    server, uri = start_server(work / "milvus")
+                except (FileNotFoundError, RuntimeError) as exc:
+                    print(f"server: skipped: {exc}")
+                    continue
+            for name, code in codes:
+                results.append(measure(f"{name}-{store}", code, uri, args.backend, work / "docs", work / "small",
+                                       work, args.writers))
+                show(results[-1])
+            if server is not None:
+                stop_server(server)
+                server = None
+    finally:
+        if server is not None:
+            stop_server(server)
+    if len(codes) == 2:
+        for old, new in zip(results[::2], results[1::2]):
+            print(f"{new['label']} / {old['label']}: host cost {old['host_us'] / new['host_us']:.2f}x lower, "
+                  f"chunks/s {new['rate'] / old['rate']:.2f}x")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def _cpu_name() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "unknown CPU"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The writer processes: batches of rows -> one column-wise upsert each, off the supervisor's GIL.
+
+A `Batch` is a few `Segment`s (consecutive chunks of one file, their vectors as one float32
+array): the supervisor only slices what the encoder gave it. The writer process makes the
+ids, the columns and the protobuf request (`Store.upsert_columns`) and answers with a value:
+`Ack`, `Refused` (the store refused these rows: the writer retries them file by file) or
+`Unreachable` (the run stops). Each process opens its own client to the store's `Endpoint` on
+its first batch (never carried across a fork); the pool (`ingest.workers.pool`, spawn) adds the
+timeout, one resubmit of a batch whose process died, and Failure values.
+"""
+from __future__ import annotations
+
+import hashlib
+import signal
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import numpy as np
+
+from ingest.store import Columns, Endpoint, Store, StoreError, StoreRejected
+from ingest.workers.pool import Pools
+
+POOL = "writer"
+
+
+def chunk_id(source: str, index: int, text: str) -> str:
+    """Deterministic primary key: re-runs upsert the same ids, never duplicates."""
+    return hashlib.blake2b(f"{source}\x00{index}\x00{text}".encode(), digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True, eq=False)
+class Segment:
+    """Chunks [start, start + len(chunks)) of one file, with their vectors (float32, one row each)."""
+    source: str
+    fmt: str
+    file_hash: str
+    start: int
+    chunks: tuple[tuple[int | None, str], ...]      # (page, text)
+    vectors: np.ndarray
+
+    def cut(self, n: int) -> tuple[Segment, Segment]:
+        """The first n chunks, and the rest."""
+        head = Segment(self.source, self.fmt, self.file_hash, self.start, self.chunks[:n], self.vectors[:n])
+        tail = Segment(self.source, self.fmt, self.file_hash, self.start + n, self.chunks[n:], self.vectors[n:])
+        return head, tail
+
+
+@dataclass(frozen=True, eq=False)
+class Batch:
+    segments: tuple[Segment, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(len(s.chunks) for s in self.segments)
+
+    @property
+    def sources(self) -> set[str]:
+        return {s.source for s in self.segments}
+
+    def by_source(self) -> list[Batch]:
+        """One batch per file, for a retry that charges a refusal to the file it belongs to."""
+        out: dict[str, list[Segment]] = {}
+        for s in self.segments:
+            out.setdefault(s.source, []).append(s)
+        return [Batch(tuple(segments)) for segments in out.values()]
+
+    def columns(self) -> Columns:
+        ids, texts, sources, pages, chunks, formats, hashes = [], [], [], [], [], [], []
+        for s in self.segments:
+            n = len(s.chunks)
+            for i, (page, text) in enumerate(s.chunks, s.start):
+                ids.append(chunk_id(s.source, i, text))
+                texts.append(text)
+                pages.append(page or 0)
+            chunks.extend(range(s.start, s.start + n))
+            sources.extend([s.source] * n)
+            formats.extend([s.fmt] * n)
+            hashes.extend([s.file_hash] * n)
+        vectors = np.concatenate([s.vectors for s in self.segments]) if len(self.segments) > 1 \
+            else self.segments[0].vectors
+        return Columns(ids, vectors, texts, sources, pages, chunks, formats, hashes)
+
+
+@dataclass(frozen=True)
+class Ack:
+    rows: int
+
+
+@dataclass(frozen=True)
+class Refused:
+    error: str          # one line: the store refused these rows
+
+
+@dataclass(frozen=True)
+class Unreachable:
+    error: str          # one line: the store did not answer (the run stops)
+
+
+_endpoint: Endpoint | None = None
+_store: Store | None = None
+
+
+def _init(endpoint: Endpoint) -> None:
+    global _endpoint
+    signal.signal(signal.SIGINT, signal.SIG_IGN)        # the run decides when writers stop (Ctrl-C still writes)
+    _endpoint = endpoint
+
+
+def write(batch: Batch) -> Ack | Refused | Unreachable:
+    """In a writer process: upsert the batch's rows."""
+    global _store
+    if _store is None:
+        _store = Store.at(_endpoint)
+    try:
+        _store.upsert_columns(batch.columns())
+    except StoreRejected as exc:
+        return Refused(str(exc))
+    except StoreError as exc:
+        return Unreachable(str(exc))
+    return Ack(batch.rows)
+
+
+def task_timeout(store_timeout_s: float) -> float:
+    """A batch's time limit in its writer process: connect, upsert, and a ping after a failure, each within
+    the store's timeout, and the process's start."""
+    return 3 * store_timeout_s + 30
+
+
+def answer_within(store_timeout_s: float) -> float:
+    """Seconds within which a batch's Future resolves: its time limit twice (a resubmit after its process
+    died), each with pebble's 3 s from SIGTERM to SIGKILL."""
+    return 2 * (task_timeout(store_timeout_s) + 5)
+
+
+class WriterPool:
+    """`processes` writer processes for the store at `endpoint`, started on the first batch."""
+
+    def __init__(self, endpoint: Endpoint, processes: int):
+        self._pools = Pools({POOL: processes}, {POOL: task_timeout(endpoint.timeout_s)}, _init, (endpoint,))
+
+    def submit(self, batch: Batch) -> Future:
+        """A Future of Ack, Refused, Unreachable, or a Failure (timeout; the process died twice)."""
+        return self._pools.submit(POOL, write, batch)
+
+    def stop(self) -> None:
+        self._pools.stop()

@@ -107,7 +107,8 @@ def measured_run(argv: list[str], cwd: Path, env: dict) -> dict:
     stages: dict[str, float] = {}
     for name, cpu in last.values():
         stages[name] = stages.get(name, 0.0) + cpu
-    tree = children_cpu() - before
+    # A process its parent never reaped is missing from RUSAGE_CHILDREN but was sampled: take the larger.
+    tree = max(children_cpu() - before, sum(stages.values()))
     stages["unsampled"] = tree - sum(stages.values())
     report = json.loads((cwd / "report.json").read_text())
     return {"wall": wall, "tree": tree, "stages": stages, "chunks": report["totals"]["chunks"],

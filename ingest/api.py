@@ -41,7 +41,7 @@ class EncodePool:
 
     Batches: texts are sorted by length and cut into batches of at most batch_size rows and
     max_batch_tokens padded tokens, each padded to a multiple of 8. None means the device's
-    default: 32 rows on the CPU; 512 rows and 65,536 tokens on CUDA. tokenizer_workers None: 1,
+    default: 64 rows and 3,072 tokens on the CPU; 512 rows and 65,536 tokens on CUDA. tokenizer_workers None: 1,
     or every core when the workers run on CUDA. compile: torch.compile the transformer (torch
     backend; the first batches of each shape compile). pretokenized: the caller passes
     Pretokenized groups, so tokenizer processes start only if raw texts come.

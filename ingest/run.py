@@ -4,7 +4,8 @@
 
 NOTE (flow and shutdown protocol):
 - The main thread scans the folder and dispatches files, at most [run] max_files_in_flight
-  between dispatch and write. Pools return Futures whose done-callbacks post small frozen
+  between dispatch and the writer's Accepted (it holds all their rows; it records them at its
+  next flush, then posts Written). Pools return Futures whose done-callbacks post small frozen
   events on one queue that only this thread reads; every get has a timeout, after which it
   checks the encode thread and the writer's flush timer. Per-file load state belongs to
   this thread alone.
@@ -73,6 +74,13 @@ class ChunksDone:
 
 
 @dataclass(frozen=True)
+class Accepted:
+    """The writer holds all of the file's rows: its place in the window is free."""
+    seq: int
+    chunks: int
+
+
+@dataclass(frozen=True)
 class Written:
     file: Finished
 
@@ -87,7 +95,7 @@ class Stop:
     pass
 
 
-Event = Union[LoadDone, OcrPageDone, ChunksDone, Written, EncodeFailed, Stop]
+Event = Union[LoadDone, OcrPageDone, ChunksDone, Accepted, Written, EncodeFailed, Stop]
 
 
 @dataclass(frozen=True)
@@ -127,7 +135,7 @@ class Run:
         files = list(scan(self.root, cfg["run"]["follow_symlinks"]))
         self.progress = Progress(len(files), self.quiet)
         self.writer = Writer(col.store, col.manifest, col.model.name, col.settings, cfg["store"]["batch_size"],
-                             max(1, cfg["run"]["max_files_in_flight"] // 2), lambda f: self.events.put(Written(f)),
+                             lambda f: self.events.put(Accepted(f.ref.seq, f.outcome.chunks if f.outcome.status == "ingested" else 0)), lambda f: self.events.put(Written(f)),
                              col.backend, writers=cfg["store"]["writers"])
         self.stage = EncodeStage(col.model, {**cfg["model"], "backend": col.backend}, self.writer,
                                  lambda e: self.events.put(EncodeFailed(e)), self.stopping)
@@ -178,7 +186,7 @@ class Run:
         if not files:
             self.stage.feed.put(None)
         written: list[Finished] = []
-        in_flight, exhausted = 0, False
+        in_flight, dispatched, exhausted = 0, 0, False
         while True:
             while not exhausted and not self.stopping.is_set() and in_flight < window:
                 item = next(todo, None)
@@ -186,8 +194,9 @@ class Run:
                     exhausted = True
                     break
                 in_flight += 1
+                dispatched += 1
                 self._dispatch(*item)
-            if in_flight == 0 and (exhausted or self.stopping.is_set()):
+            if in_flight == 0 and len(written) == dispatched and (exhausted or self.stopping.is_set()):
                 break
             try:
                 event = self.events.get(timeout=0.5)
@@ -201,10 +210,11 @@ class Run:
                     self._fatal = exc
                     break
                 continue
-            if isinstance(event, Written):
+            if isinstance(event, Accepted):
                 in_flight -= 1
+                self.progress.written(event.chunks)
+            elif isinstance(event, Written):
                 written.append(event.file)
-                self.progress.written(event.file.outcome.chunks if event.file.outcome.status == "ingested" else 0)
             elif isinstance(event, EncodeFailed):
                 self._fatal = self._fatal_error(event.error)
                 break
@@ -212,10 +222,8 @@ class Run:
                 self._interrupt()
             elif isinstance(event, LoadDone):
                 self._loaded(event)
-            elif isinstance(event, ChunksDone):
-                self._chunks_done(event)
             else:
-                self._ocr_page_done(event)
+                self._part_done(event)
         encode_thread.join(timeout=30 if self._fatal is None else 1)
         return written
 
@@ -252,21 +260,17 @@ class Run:
         if not pages.pending:
             self._complete(pages.finish())
 
-    def _chunks_done(self, event: ChunksDone) -> None:
-        pages = self._pending.get(event.seq)
-        if not isinstance(pages, load.Pages):
-            return
-        pages.add_chunks(event.task, event.result)
-        if not pages.pending:
-            self._complete(pages.finish())
-
-    def _ocr_page_done(self, event: OcrPageDone) -> None:
+    def _part_done(self, event: OcrPageDone | ChunksDone) -> None:
+        """An OCR page or a chunk task of a loaded file is back; the file is finished once none is pending."""
         pages = self._pending.get(event.seq)
         if not isinstance(pages, load.Pages):
             return
         result = event.result
-        pages.add_ocr(event.page, result if isinstance(result, Failure) else result.page,
-                      getattr(result, "seconds", 0.0))
+        if isinstance(event, ChunksDone):
+            pages.add_chunks(event.task, result)
+        else:
+            pages.add_ocr(event.page, result if isinstance(result, Failure) else result.page,
+                          getattr(result, "seconds", 0.0))
         if not pages.pending:
             self._complete(pages.finish())
 

@@ -3,9 +3,11 @@
 NOTE (write protocol): `add` cuts the encoder's rows into batches of [store] batch_size and
 submits each to the writer processes (`ingest.writers`: a pool of `writers` processes, one
 for a Milvus Lite store, which the run serves from its own host process) and goes on; it
-waits only when more than MAX_IN_FLIGHT batches per process are unanswered. A flush (every
-`batch_files` finished files, or FLUSH_EVERY_S) submits the rest, waits until every batch
-is answered, flushes the store, then deletes stale rows of changed files (`file_hash != new`,
+waits only when more than MAX_IN_FLIGHT batches per process are unanswered. A file whose
+last part was added is `accepted`: the dispatcher may load another (its text now lives in
+batches, bounded as above). A flush (every FLUSH_ROWS rows, FLUSH_FILES files or FLUSH_EVERY_S:
+a flush seals a segment, and Milvus Lite then builds its index, so flushing often costs more
+than writing) submits the rest, waits until every batch is answered, flushes the store, then deletes stale rows of changed files (`file_hash != new`,
 so a changed file is never missing from the store) and flushes the deletes, and only then
 commits the files' manifest entries. No other write reaches the store while batches are in
 flight. A crash at any point (the whole run SIGKILLed included) leaves either the old entry
@@ -39,22 +41,25 @@ from ingest.store import Store, StoreError, is_local
 from ingest.workers.failure import Failure
 from ingest.writers import Ack, Batch, Refused, Segment, Unreachable, WriterPool, answer_within
 
-FLUSH_EVERY_S = 2.0
+FLUSH_EVERY_S = 5.0
+FLUSH_ROWS = 8192           # Milvus Lite here: 245 us/row flushing every 512 rows, 160 every 1,536 (bench/feed.py)
+FLUSH_FILES = 1024          # files waiting for a flush (their manifest entries, their report lines)
 MAX_IN_FLIGHT = 4           # unanswered batches per writer process before add() waits
 
 
 class Writer:
     def __init__(self, store: Store, manifest: Manifest, model: str, settings: str, batch_rows: int,
-                 batch_files: int, on_written: Callable[[Finished], None], backend: str, writers: int = 1):
+                 on_accepted: Callable[[Finished], None], on_written: Callable[[Finished], None], backend: str,
+                 writers: int = 1):
         self.store, self.manifest = store, manifest
         self.model, self.settings, self.batch_rows, self.backend = model, settings, batch_rows, backend
-        self.batch_files = batch_files       # half the dispatcher's window: files must not wait on rows
-        self.on_written = on_written
+        self.on_accepted, self.on_written = on_accepted, on_written
         self.processes = 1 if is_local(store.uri) else max(1, writers)    # Lite: one writer at a time
         self.files: list[Finished] = []
         self.last_flush = time.monotonic()
         self.seconds = 0.0                   # busy: batches in flight, or a flush's own calls
         self.rows_written = 0
+        self._rows_at_flush = 0
         self._queued: list[Segment] = []     # rows not yet in a batch
         self._queued_rows = 0
         self._in_flight: list[tuple[Batch, Future]] = []
@@ -78,9 +83,11 @@ class Writer:
                     self._collection_ready = True
                 self._queue(Segment(ref.source, ref.fmt, ref.file_hash, start, tuple(texts), vectors))
             if last:
-                self.files.append(file)
+                self.files.append(replace(file, pages=()))      # its text is in batches now
             self._take_answers(self.processes * MAX_IN_FLIGHT)
-            if self.files and (len(self.files) >= self.batch_files
+            if last:
+                self.on_accepted(file)
+            if self.files and (len(self.files) >= FLUSH_FILES or self.rows_written - self._rows_at_flush >= FLUSH_ROWS
                                or time.monotonic() - self.last_flush > FLUSH_EVERY_S):
                 self._flush()
 
@@ -220,6 +227,7 @@ class Writer:
             self.manifest.remove(removed)
         self.files = []
         self.last_flush = time.monotonic()
+        self._rows_at_flush = self.rows_written
         with self._busy:
             self.seconds += time.perf_counter() - start
         for f in done:

@@ -67,7 +67,7 @@ def test_the_chunkers_ids_give_the_same_vectors_as_the_texts(pool: EncodePool) -
 
 
 def test_pool_defaults_on_the_cpu(pool: EncodePool) -> None:
-    assert pool.batch_plan == BatchPlan(batch_size=32, max_tokens=32 * 256, max_length=256, multiple=1)
+    assert pool.batch_plan == BatchPlan(batch_size=64, max_tokens=3072, max_length=256, multiple=1)
 
 
 def test_compiled_and_eager_outputs_are_equal_on_the_cpu(pool: EncodePool) -> None:

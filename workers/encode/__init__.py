@@ -64,7 +64,9 @@ from ._tokenize import load_tokenizer
 __all__ = ["BatchPlan", "EncodeEngine", "EncodeError", "Pretokenized", "WorkerSpec", "load_tokenizer", "plan_devices",
            "usable_cores"]
 
-WINDOW_BATCHES = 16              # batches per window: the span sorted by length
+# Texts per window (the span sorted by length): 8 batches, at least 512 (longer spans pad less on
+# mixed lengths), at most 4,096 (bounds memory with many windows in flight on a GPU host).
+WINDOW_BATCHES, WINDOW_MIN, WINDOW_MAX = 8, 512, 4096
 
 
 class EncodeEngine:
@@ -90,7 +92,8 @@ class EncodeEngine:
         dim = self.dim                         # the first worker is ready: the batch plan is known
         c = self._coordinator
         max_windows = 2 + 2 * (c.tokenizer_workers + len(c.workers))
-        run = EncodeRun(groups, c.plan.batch_size * WINDOW_BATCHES, max_windows, c.wake, on_failed)
+        window = min(max(c.plan.batch_size * WINDOW_BATCHES, WINDOW_MIN), WINDOW_MAX)
+        run = EncodeRun(groups, window, max_windows, c.wake, on_failed)
         self._coordinator.submit(run)
         yield from run.results(dim, self._check_alive, on_rows)
 

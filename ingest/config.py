@@ -9,7 +9,7 @@ from typing import Any
 
 from ingest.backends import CHOICES as BACKEND_CHOICES, has_nvidia_gpu
 from ingest.loaders.base import LoaderOptions, OcrOptions
-from ingest.workers.encode import usable_cores
+from ingest.workers.limits import usable_cores
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -1,7 +1,15 @@
-"""Resource limits a worker process sets on itself, first thing after it starts."""
+"""Resource limits a worker process sets on itself, first thing after it starts, and the cores a
+process may run on (which size its threads and the pools)."""
 from __future__ import annotations
 
+import os
+
 MB = 1024 * 1024
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def limit_memory(mb: int) -> None:

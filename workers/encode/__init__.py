@@ -57,12 +57,11 @@ import numpy as np
 
 from ._coordinator import Coordinator
 from ._messages import BatchPlan, EncodeError, Pretokenized, WorkerSpec
-from ._process import plan_devices, usable_cores
+from ._process import plan_devices
 from ._stream import EncodeRun
 from ._tokenize import load_tokenizer
 
-__all__ = ["BatchPlan", "EncodeEngine", "EncodeError", "Pretokenized", "WorkerSpec", "load_tokenizer", "plan_devices",
-           "usable_cores"]
+__all__ = ["BatchPlan", "EncodeEngine", "EncodeError", "Pretokenized", "WorkerSpec", "load_tokenizer", "plan_devices"]
 
 # Texts per window (the span sorted by length): 8 batches, at least 512 (longer spans pad less on
 # mixed lengths), at most 4,096 (bounds memory with many windows in flight on a GPU host).

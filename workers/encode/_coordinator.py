@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 
 from ..failure import Failure
+from ..limits import usable_cores
 from ._batches import Batch, Window
 from ._messages import (BatchPlan, DevicesFound, EncodeError, EncodeTask, TaskDone, TaskFailed, TaskStarted,
                         WorkerReady, WorkerSpec)
-from ._process import EncodeProcess, usable_cores
+from ._process import EncodeProcess
 from ._stream import EncodeRun
 from ._tokenize import TokenizerPool, bucket_by_length, load_tokenizer
 from ._worker import fault_hook_active

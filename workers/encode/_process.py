@@ -8,12 +8,12 @@ thread touches `in_flight`, `running`, `ready` and `last_progress`.
 """
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
 from typing import Any, Iterable
 
+from ..limits import usable_cores
 from ..spawn import SPAWN
 from . import _worker
 from ._messages import EncodeTask, WorkerReady, WorkerSpec
@@ -38,11 +38,6 @@ def plan_devices(devices: str | Iterable[str] | None, model_path: str, dtype: st
     threads = max(1, usable_cores() // max(1, sum(n in ("auto", "cpu") for n in names)))
     return [WorkerSpec(model_path, name, dtype, threads, normalize, backend, model_file, max_seq_length, dim, compile)
             for name in names]
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class EncodeProcess:

@@ -161,10 +161,20 @@ class _Runner:
             os._exit(1)
 
 
-class NullRunner:
-    """No model: constant unit rows of the model's dimension, to measure everything but the model."""
+class _Synchronous:
+    """A runner whose launch() computes the rows (the interface of _Runner with depth 1)."""
 
     depth = 1
+
+    def collect(self, handle) -> np.ndarray:
+        return handle
+
+    def recover(self, exc: Exception) -> None:
+        pass
+
+
+class NullRunner(_Synchronous):
+    """No model: constant unit rows of the model's dimension, to measure everything but the model."""
 
     def __init__(self, spec: WorkerSpec):
         if spec.dim < 1:
@@ -175,18 +185,10 @@ class NullRunner:
     def launch(self, task: EncodeTask):
         return np.repeat(self.row, len(task.lengths), axis=0)
 
-    def collect(self, handle) -> np.ndarray:
-        return handle
 
-    def recover(self, exc: Exception) -> None:
-        pass
-
-
-class OnnxRunner:
-    """An exported model on the CPU (ONNX Runtime; OpenVINO for backend "openvino"); the same
-    interface as _Runner with depth 1: launch() computes. Threads: the worker's share of the cores."""
-
-    depth = 1
+class OnnxRunner(_Synchronous):
+    """An exported model on the CPU (ONNX Runtime; OpenVINO for backend "openvino"). Threads: the
+    worker's share of the cores."""
 
     def __init__(self, spec: WorkerSpec):
         from .onnx_model import OnnxModel, runtime_for
@@ -198,12 +200,6 @@ class OnnxRunner:
 
     def launch(self, task: EncodeTask):
         return self.model.embed(task.ids, task.lengths, self.normalize)
-
-    def collect(self, handle) -> np.ndarray:
-        return handle
-
-    def recover(self, exc: Exception) -> None:
-        pass
 
 
 def _quiet_transformers() -> None:

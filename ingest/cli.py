@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", choices=BACKEND_CHOICES,
                      help="encode backend (default: [model] backend, \"auto\")")
     run.add_argument("--devices", help='encode devices: "auto", or a comma list such as cuda:0,cuda:1 or cpu,cpu')
+    run.add_argument("--engine", choices=("local", "ray"),
+                     help="local processes, or Ray Data on [ray] address (default: [run] engine, \"local\")")
     search = sub.add_parser("search", parents=[common], help="search the store")
     search.add_argument("query")
     search.add_argument("-k", type=int, default=5, help="number of hits (default 5)")
@@ -48,7 +50,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 
     path = args.config or ("config.toml" if Path("config.toml").is_file() else None)
     overrides = {"store.uri": args.store, "store.collection": args.collection, "model.name": args.model,
-                 "model.backend": getattr(args, "backend", None)}
+                 "model.backend": getattr(args, "backend", None), "run.engine": getattr(args, "engine", None)}
     if getattr(args, "devices", None):
         overrides["model.devices"] = "auto" if args.devices == "auto" else args.devices.split(",")
     return load_config(path, {k: v for k, v in overrides.items() if v is not None})
@@ -59,8 +61,15 @@ def _run(args: argparse.Namespace) -> int:
 
     if not args.folder.is_dir():
         raise _UserError(f"folder {args.folder} not found; pass an existing folder to ingest")
-    return Run(_config(args), args.folder, quiet=args.quiet, prune=args.prune, reembed=args.reembed,
-               report_path=args.report).execute()
+    cfg = _config(args)
+    engine = Run
+    if cfg["run"]["engine"] == "ray":
+        try:
+            from ingest.ray_run import RayRun as engine
+        except ImportError as exc:
+            raise _UserError(f"the Ray engine needs Ray ({exc}); install it with pip install -e '.[ray]'") from None
+    return engine(cfg, args.folder, quiet=args.quiet, prune=args.prune, reembed=args.reembed,
+                  report_path=args.report).execute()
 
 
 def _search(args: argparse.Namespace) -> int:
@@ -88,6 +97,9 @@ class _UserError(Exception):
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # No gRPC fork handlers: with a store connection open, they made children of a fork (the processes
+    # a local Ray starts) abort now and then (10 in 600 forks here); our own processes are spawned.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     args = _parser().parse_args(argv)
     from ingest.backends import BackendError
     from ingest.config import ConfigError

@@ -25,7 +25,10 @@ DEFAULTS: dict[str, Any] = {
     "chunking": {"chunk_tokens": 200, "overlap_tokens": 30},
     "store": {"uri": "./ingest.db", "collection": "documents", "batch_size": 512, "timeout_s": 60.0,
               "writers": 1},
-    "run": {"max_files_in_flight": 32, "follow_symlinks": "inside", "report": ""},
+    "run": {"max_files_in_flight": 32, "follow_symlinks": "inside", "report": "", "engine": "local"},
+    "ray": {"address": "", "cpus": 0, "object_store_mb": 512, "encode_actors": "auto", "encode_gpus": "auto",
+            "encode_cpus": 1.0, "writers": 1, "writer_cpus": 0.25,
+            "loader_cpus": {"txt": 0.5, "pdf": 1.0, "docx": 0.5, "pptx": 0.5}},
     "limits": {"max_file_mb": 512.0, "max_unzipped_mb": 512.0, "max_text_mb": 64.0, "worker_memory_mb": 4096,
                "max_image_mp": 200.0},
     "loaders": {
@@ -46,9 +49,10 @@ CHOICES = {
     "loaders.pdf.ocr": ("auto", "always", "never"),
     "loaders.ocr.backend": ("rapidocr", "paddleocr"),
     "run.follow_symlinks": ("inside", "all", "none"),
+    "run.engine": ("local", "ray"),
 }
-ZERO_OK = ("chunking.overlap_tokens", "limits.worker_memory_mb")   # integers where 0 is allowed (0 = off)
-AUTO_INT = ("model.batch_size", "model.max_batch_tokens", "model.tokenizer_workers",
+ZERO_OK = ("chunking.overlap_tokens", "limits.worker_memory_mb", "ray.cpus")   # integers where 0 is allowed (0 = off)
+AUTO_INT = ("model.batch_size", "model.max_batch_tokens", "model.tokenizer_workers", "ray.encode_actors",
             *(f"loaders.{p}.workers" for p in ("txt", "pdf", "docx", "pptx")))    # "auto" or a positive integer
 # "auto" loader workers: these on a CPU-only host (the encode workers need the cores); on a host with an
 # NVIDIA GPU, every core loads and tokenizes (the GPU needs feeding), as do "auto" tokenizer workers.
@@ -76,6 +80,9 @@ def _check(key: str, default: Any, value: Any) -> Any:
     elif key in AUTO_INT:
         ok = value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
         kind = '"auto" or a positive integer'
+    elif key == "ray.encode_gpus":
+        ok = value == "auto" or (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0)
+        kind = '"auto" or a number of GPUs (0: encode on the CPU)'
     elif key == "model.devices":
         ok = value == "auto" or (isinstance(value, list) and value and all(isinstance(v, str) for v in value))
         kind = '"auto" or a list of devices such as ["cuda:0"]'

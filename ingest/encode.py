@@ -14,7 +14,7 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from itertools import chain
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from ingest.files import INTERRUPTED, Finished
 from ingest.model_ref import ModelRef
 from ingest.workers.encode import Pretokenized
 from ingest.write import Writer
+
+if TYPE_CHECKING:
+    from ingest.api import EncodePool
 
 GROUP_CHUNKS = 256
 
@@ -50,17 +53,10 @@ class EncodeStage:
         if self._pool is not None:
             return
         self._pool = Future()
-        m = self.settings
 
         def make() -> None:
             try:
-                from ingest.api import EncodePool
-
-                self._pool.set_result(EncodePool(
-                    self.model, devices=m["devices"], batch_size=_auto(m["batch_size"]),
-                    max_batch_tokens=_auto(m["max_batch_tokens"]), dtype=_auto(m["dtype"]),
-                    tokenizer_workers=_auto(m["tokenizer_workers"]), timeout_s=m["timeout_s"],
-                    max_attempts=m["max_attempts"], backend=m["backend"], compile=m["compile"], pretokenized=True))
+                self._pool.set_result(make_pool(self.model, self.settings))
             except BaseException as exc:
                 self._pool.set_exception(exc)
         threading.Thread(target=make, name="ingest-encoder-start", daemon=True).start()
@@ -71,14 +67,14 @@ class EncodeStage:
         try:
             groups = self._groups()
             for part, texts in groups:
-                if texts:
+                if len(texts):
                     pool = self._pool.result()
                     failures: list[tuple[int, int, BaseException]] = []     # appended by the pool's thread
                     offset = 0
                     for p, vectors in pool.encode_groups(chain([(part, texts)], groups),
                                                          on_failed=lambda *f: failures.append(f)):
                         if failures and np.isnan(vectors).any():
-                            self.writer.fail(p.file, _failure_text(failures, offset, p))
+                            self.writer.fail(p.file, chunk_failure_text(failures, offset, p.start, len(p.chunks)))
                         offset += len(p.chunks)
                         self.writer.add(p.file, p.start, p.chunks, vectors, p.last)
                     self.stats = dict(pool.stats)
@@ -109,17 +105,36 @@ class EncodeStage:
             if self.stopping.is_set() and file.outcome.status == "ingested":
                 file = replace(file, outcome=replace(file.outcome, status="failed", error=INTERRUPTED),
                                pages=(), record=False)
-            items = file.chunk_texts()
-            if not items:
-                yield Part(file, 0, [], True), []
-            ids, lengths = file.token_ids()
-            ends = np.cumsum(lengths)
-            for start in range(0, len(items), GROUP_CHUNKS):
-                chunks = items[start:start + GROUP_CHUNKS]
-                stop = start + len(chunks)
-                first = int(ends[start - 1]) if start else 0
-                tokens = Pretokenized([t for _, t in chunks], ids[first:int(ends[stop - 1])], lengths[start:stop])
-                yield Part(file, start, chunks, stop >= len(items)), tokens
+            for start, chunks, tokens, last in file_parts(file):
+                yield Part(file, start, chunks, last), tokens
+
+
+def file_parts(file: Finished) -> Iterator[tuple[int, list[tuple[int | None, str]], Pretokenized, bool]]:
+    """(start, chunks, their texts and ids, last) for each part of up to GROUP_CHUNKS chunks of the file;
+    one empty part for a file without chunks."""
+    items = file.chunk_texts()
+    if not items:
+        yield 0, [], Pretokenized([], np.zeros(0, np.int32), np.zeros(0, np.int32)), True
+        return
+    ids, lengths = file.token_ids()
+    ends = np.cumsum(lengths)
+    for start in range(0, len(items), GROUP_CHUNKS):
+        chunks = items[start:start + GROUP_CHUNKS]
+        stop = start + len(chunks)
+        first = int(ends[start - 1]) if start else 0
+        tokens = Pretokenized([t for _, t in chunks], ids[first:int(ends[stop - 1])], lengths[start:stop])
+        yield start, chunks, tokens, stop >= len(items)
+
+
+def make_pool(model: ModelRef, settings: dict[str, Any]) -> EncodePool:
+    """The EncodePool for a run's chunks, from the [model] settings (with the collection's backend)."""
+    from ingest.api import EncodePool
+
+    m = settings
+    return EncodePool(model, devices=m["devices"], batch_size=_auto(m["batch_size"]),
+                      max_batch_tokens=_auto(m["max_batch_tokens"]), dtype=_auto(m["dtype"]),
+                      tokenizer_workers=_auto(m["tokenizer_workers"]), timeout_s=m["timeout_s"],
+                      max_attempts=m["max_attempts"], backend=m["backend"], compile=m["compile"], pretokenized=True)
 
 
 def _auto(value: Any) -> Any:
@@ -127,13 +142,13 @@ def _auto(value: Any) -> Any:
     return None if value == "auto" else value
 
 
-def _failure_text(failures: list[tuple[int, int, BaseException]], offset: int, part: Part) -> str:
-    """The report's line for `part`, whose chunks [offset, offset+n) (counted over the run) include
-    chunks that could not be encoded."""
+def chunk_failure_text(failures: list[tuple[int, int, BaseException]], offset: int, start: int, n: int) -> str:
+    """The report's line for a file's chunks [start, start+n), which are chunks [offset, offset+n) of
+    the encode call, and include chunks that could not be encoded (`failures`: the call's on_failed)."""
     for first, count, error in failures:
-        if first < offset + len(part.chunks) and offset < first + count:
+        if first < offset + n and offset < first + count:
             failure = getattr(error, "failure", None)
             what = f"{failure.where} (pid {failure.pid}): {failure.error}" if failure else str(error)
-            index = part.start + max(first - offset, 0)
+            index = start + max(first - offset, 0)
             return f"chunk {index} could not be encoded after every retry: {' '.join(what.split())[:300]}"
     return "a chunk could not be encoded after every retry"

@@ -26,15 +26,21 @@ from dataclasses import dataclass, replace
 from concurrent.futures import Future
 from importlib import import_module
 from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
 
 from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, cut_points, page_chunks
 from ingest.config import ConfigError
 from ingest.files import FileRef, Finished, Outcome
-from ingest.loaders import LoaderError, LoaderOptions, Unsupported, formats, loader_for, pool_for
+from ingest.manifest import Entry
+from ingest.sniff import sniff
+from ingest.loaders import LoaderError, LoaderOptions, OcrOptions, Unsupported, formats, loader_for, pool_for
 from ingest.store import FORMAT_MAX
 from ingest.workers.failure import Failure
 from ingest.workers.limits import limit_memory
 from ingest.workers.pool import Pools
+
+if TYPE_CHECKING:
+    from ingest.ocr import OcrDone
 
 LEGACY_FORMATS = ("doc", "ppt")      # converted by LibreOffice first: their timeout adds the conversion's
 SEGMENT_CHARS = 100_000              # characters of text a load task chunks, a segment holds, a chunk task gets
@@ -181,6 +187,35 @@ def failure_text(f: Failure) -> str:
 
 
 # -- in the dispatcher's thread ------------------------------------------------------------
+@dataclass(frozen=True)
+class Job:
+    """A file the loaders must read, with what the manifest knows of it."""
+    ref: FileRef                   # its format sniffed
+    old_hash: str | None           # the hash of the version in the store
+    known_hash: str                # equal content returns early as unchanged ("": load whatever it holds)
+    known_chunks: int
+
+
+def plan(ref: FileRef, problem: Outcome | None, entry: Entry | None, settings: str,
+         max_file_mb: float) -> Finished | Job:
+    """A scanned file's way: Finished already (a scan problem; unsupported, too big, or unchanged by
+    size and mtime), or a Job for its loader pool."""
+    verdict = Finished(ref, problem) if problem else sniff(ref, entry, settings, max_file_mb)
+    if isinstance(verdict, Finished):
+        return verdict
+    same_settings = entry is not None and entry.settings == settings and entry.status == "ingested"
+    return Job(verdict, entry.file_hash if entry else None, entry.file_hash if same_settings else "",
+               entry.chunks if entry else 0)
+
+
+def drop_if_skipped(file: Finished, known: Mapping[str, Entry]) -> Finished:
+    """A file skipped now (emptied, a link now leading outside) loses the rows of its earlier version."""
+    if file.outcome.status == "skipped" and file.ref.source in known:
+        note = "its rows from an earlier run were removed"
+        return replace(file, drop=True, outcome=replace(file.outcome, warnings=file.outcome.warnings + (note,)))
+    return file
+
+
 def submit(pools: Pools, ref: FileRef, options: LoaderOptions, spec: ChunkSpec, known_hash: str) -> Future:
     """Load `ref` in the pool of its format: a Future of Loaded or Failure."""
     extra_s = options.convert_timeout_s if ref.fmt in LEGACY_FORMATS else 0.0
@@ -193,6 +228,36 @@ def fan_out(pools: Pools, fmt: str, groups: tuple[tuple[Segment, ...], ...],
     return [(n, pools.submit(pool_for(fmt), chunk_segments, ChunkTask(group, spec))) for n, group in enumerate(groups)]
 
 
+def after_load(ref: FileRef, result: Loaded | Failure, old_hash: str | None,
+               known_chunks: int) -> Finished | Pages:
+    """A load task's result as the file's next state: Finished (failed, skipped, unchanged: it keeps the
+    `known_chunks` of its manifest entry), or its Pages, still waiting for OCR and chunk tasks if any."""
+    if isinstance(result, Failure):
+        return Finished(ref, Outcome("skipped" if result.skip else "failed", failure_text(result)))
+    if result.unchanged:
+        outcome = Outcome("unchanged", chunks=known_chunks, seconds=result.seconds)
+        return Finished(replace(ref, file_hash=result.file_hash), outcome, record=True)
+    return Pages(ref, result, old_hash)
+
+
+def load_whole(pools: Pools, job: Job, options: LoaderOptions, ocr_options: OcrOptions, spec: ChunkSpec) -> Finished:
+    """Load, OCR and chunk one file in `pools`, waiting for each step: the file's whole journey through
+    the loaders in the caller's thread (the Ray engine's load tasks). Every wait is bounded by the
+    pools' time limits."""
+    from ingest import ocr
+
+    ref = job.ref
+    state = after_load(ref, submit(pools, ref, options, spec, job.known_hash).result(), job.old_hash, job.known_chunks)
+    if isinstance(state, Finished):
+        return state
+    parts = ocr.fan_out(pools, ref.path, state.ocr_pages_todo, ocr_options, spec)
+    for task, future in fan_out(pools, ref.fmt, state.segments, spec):
+        state.add_chunks(task, future.result())
+    for page, future in parts:
+        state.add_ocr(page, future.result())
+    return state.finish()
+
+
 class Pages:
     """A loaded file waiting for its OCR pages and chunk tasks; owned by the dispatcher's thread."""
 
@@ -200,6 +265,7 @@ class Pages:
         self.ref = replace(ref, file_hash=loaded.file_hash)
         self.old_hash = old_hash
         self.pages = list(loaded.pages)
+        self.ocr_pages_todo, self.segments = loaded.ocr_pages, loaded.segments
         self.pending = {("ocr", p) for p in loaded.ocr_pages} | {("chunk", n) for n in range(len(loaded.segments))}
         self.ocr_pages = len(loaded.ocr_pages)
         self.warnings: list[str] = list(ref.warnings)
@@ -207,13 +273,13 @@ class Pages:
         self.chunk_failure: str | None = None
         self.seconds = loaded.seconds
 
-    def add_ocr(self, page: int, result: PageChunks | Failure, seconds: float) -> None:
-        self.seconds += seconds
+    def add_ocr(self, page: int, result: OcrDone | Failure) -> None:
         if isinstance(result, Failure):
             self.ocr_failures.append(f"page {page}: OCR failed: {failure_text(result)}")
             self.warnings.append(self.ocr_failures[-1])
         else:
-            self.pages.append(result)
+            self.seconds += result.seconds
+            self.pages.append(result.page)
         self.pending.discard(("ocr", page))
 
     def add_chunks(self, task: int, result: Chunked | Failure) -> None:

@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
@@ -37,7 +37,6 @@ from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
 from ingest.progress import Progress
 from ingest.report import build_report, default_report_path, summary, write_report
 from ingest.scan import scan
-from ingest.sniff import sniff
 from ingest.store import StoreError
 from ingest.workers.failure import Failure
 from ingest.workers.pool import Pools
@@ -98,13 +97,6 @@ class Stop:
 Event = Union[LoadDone, OcrPageDone, ChunksDone, Accepted, Written, EncodeFailed, Stop]
 
 
-@dataclass(frozen=True)
-class _Dispatched:
-    """A file in its loader pool."""
-    ref: FileRef
-    old_hash: str | None
-
-
 class Run:
     def __init__(self, cfg: dict[str, Any], root: Path, *, quiet: bool = False, prune: bool = False,
                  reembed: bool = False, report_path: Path | None = None):
@@ -113,48 +105,41 @@ class Run:
         self.report_path = report_path or default_report_path(cfg["store"]["uri"])
         self.events: queue.Queue[Event] = queue.Queue()
         self.stopping = threading.Event()
-        self._pending: dict[int, _Dispatched | load.Pages] = {}     # dispatched, not yet finished
+        self._pending: dict[int, load.Job | load.Pages] = {}     # dispatched, not yet finished
         self._reorder: Reorder[Finished] = Reorder(max(1, cfg["run"]["max_files_in_flight"]))
         self._total = 0
         self._fatal: StoreError | RunError | None = None     # what stopped the run, if anything did
+        self.pools: Pools | None = None
+        self.stage: EncodeStage | None = None
+        self.writer: Writer | None = None
 
     def execute(self) -> int:
+        """Ingest the folder: the exit code (EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED); a StoreError or
+        RunError that stopped the run is raised after the report is written."""
         started = time.perf_counter()
         cfg = self.cfg
-        plugins = tuple(cfg["loaders"]["plugins"])
-        load.import_plugins(plugins)
+        self.check()
+        load.import_plugins(tuple(cfg["loaders"]["plugins"]))
         self.col = col = open_collection(cfg, self.reembed)
         self.loader_options, self.ocr_options = loader_options(cfg), ocr_options(cfg)
         if cfg["limits"]["worker_memory_mb"]:
             # glibc reserves 64 MB of address space per malloc arena, up to 8 per core, and RLIMIT_AS
             # counts reservations: without a cap, an OCR worker on 16 cores fails every page.
             os.environ.setdefault("MALLOC_ARENA_MAX", "4")
-        self.pools = Pools({p: cfg["loaders"][p]["workers"] for p in FORMAT_POOLS},
-                           {p: cfg["loaders"][p]["timeout_s"] for p in FORMAT_POOLS},
-                           load.init_loader_process, (plugins, cfg["limits"]["worker_memory_mb"]))
         files = list(scan(self.root, cfg["run"]["follow_symlinks"]))
         self.progress = Progress(len(files), self.quiet)
-        self.writer = Writer(col.store, col.manifest, col.model.name, col.settings, cfg["store"]["batch_size"],
-                             lambda f: self.events.put(Accepted(f.ref.seq, f.outcome.chunks if f.outcome.status == "ingested" else 0)), lambda f: self.events.put(Written(f)),
-                             col.backend, writers=cfg["store"]["writers"])
-        self.stage = EncodeStage(col.model, {**cfg["model"], "backend": col.backend}, self.writer,
-                                 lambda e: self.events.put(EncodeFailed(e)), self.stopping)
-        thread = threading.Thread(target=self.stage.run, name="ingest-encode", daemon=True)
-        thread.start()
         old_int, old_term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
         in_main = threading.current_thread() is threading.main_thread()
         if in_main:
             signal.signal(signal.SIGINT, self._on_signal)
             signal.signal(signal.SIGTERM, self._on_signal)
         try:
-            written = self._loop(files, thread)
+            written = self.ingest(files)
         finally:
             if in_main:
                 signal.signal(signal.SIGINT, old_int)
                 signal.signal(signal.SIGTERM, old_term)
-            self.pools.stop()
-            self.stage.close()
-            self.writer.close()
+            self.close()
             self.progress.close()
         fatal = self._fatal
         if fatal is not None:                 # every file not written fails with the run's error
@@ -162,10 +147,10 @@ class Run:
             written += [Finished(ref, Outcome("failed", f"not written: {fatal}")) for ref, _ in files
                         if ref.seq not in done]
         pruned = self._prune({ref.source for ref, _ in files}) if not (self.stopping.is_set() or fatal) else 0
-        report = build_report(written, time.perf_counter() - started, self._rates(written),
+        report = build_report(written, time.perf_counter() - started, self.rates(written),
                               {"not_started": len(files) - len(written), "pruned": pruned,
                                "interrupted": self.stopping.is_set(), "stopped_by": str(fatal) if fatal else None,
-                               "pools_replaced": self.pools.replaced,
+                               **self.engine_totals(),
                                "store": col.store.uri, "collection": col.store.collection, "model": col.model.name,
                                "backend": col.backend})
         write_report(report, self.report_path)
@@ -178,6 +163,38 @@ class Run:
         if self.stopping.is_set():
             return EXIT_INTERRUPTED
         return EXIT_FAILED if any(f.outcome.status == "failed" for f in written) else EXIT_OK
+
+    # -- the local engine: what another engine replaces -------------------------------
+    def check(self) -> None:
+        """Refuse settings this engine cannot run with, before anything starts (ConfigError)."""
+
+    def ingest(self, files: list[tuple[FileRef, Outcome | None]]) -> list[Finished]:
+        """Every file of the scan through the pipeline: the files written (settled), in file order."""
+        cfg, col = self.cfg, self.col
+        plugins = tuple(cfg["loaders"]["plugins"])
+        self.pools = Pools({p: cfg["loaders"][p]["workers"] for p in FORMAT_POOLS},
+                           {p: cfg["loaders"][p]["timeout_s"] for p in FORMAT_POOLS},
+                           load.init_loader_process, (plugins, cfg["limits"]["worker_memory_mb"]))
+        self.writer = Writer(col.store, col.manifest, col.model.name, col.settings, cfg["store"]["batch_size"],
+                             lambda f: self.events.put(Accepted(f.ref.seq, f.outcome.chunks if f.outcome.status == "ingested" else 0)), lambda f: self.events.put(Written(f)),
+                             col.backend, writers=cfg["store"]["writers"])
+        self.stage = EncodeStage(col.model, {**cfg["model"], "backend": col.backend}, self.writer,
+                                 lambda e: self.events.put(EncodeFailed(e)), self.stopping)
+        thread = threading.Thread(target=self.stage.run, name="ingest-encode", daemon=True)
+        thread.start()
+        return self._loop(files, thread)
+
+    def close(self) -> None:
+        """Stop every process of the engine (also after an error)."""
+        if self.pools is not None:
+            self.pools.stop()
+        if self.stage is not None:
+            self.stage.close()
+        if self.writer is not None:
+            self.writer.close()
+
+    def engine_totals(self) -> dict[str, Any]:
+        return {"pools_replaced": self.pools.replaced}
 
     def _loop(self, files: list[tuple[FileRef, Outcome | None]], encode_thread: threading.Thread) -> list[Finished]:
         window = self.cfg["run"]["max_files_in_flight"]
@@ -229,33 +246,27 @@ class Run:
 
     # -- per-file steps ---------------------------------------------------------------
     def _dispatch(self, ref: FileRef, problem: Outcome | None) -> None:
-        entry, settings = self.col.known.get(ref.source), self.col.settings
-        verdict = Finished(ref, problem) if problem else sniff(ref, entry, settings,
-                                                               self.cfg["limits"]["max_file_mb"])
-        if isinstance(verdict, Finished):
-            return self._complete(verdict)
-        same_settings = entry is not None and entry.settings == settings and entry.status == "ingested"
-        self._pending[ref.seq] = _Dispatched(verdict, entry.file_hash if entry else None)
+        job = load.plan(ref, problem, self.col.known.get(ref.source), self.col.settings,
+                        self.cfg["limits"]["max_file_mb"])
+        if isinstance(job, Finished):
+            return self._complete(job)
+        self._pending[ref.seq] = job
         self.stage.start_pool()
-        future = load.submit(self.pools, verdict, self.loader_options, self.col.spec,
-                             entry.file_hash if same_settings else "")
+        future = load.submit(self.pools, job.ref, self.loader_options, self.col.spec, job.known_hash)
         future.add_done_callback(lambda f: self.events.put(LoadDone(ref.seq, f.result())))
 
     def _loaded(self, event: LoadDone) -> None:
-        dispatched = self._pending.get(event.seq)
-        if not isinstance(dispatched, _Dispatched):          # interrupted meanwhile
+        job = self._pending.get(event.seq)
+        if not isinstance(job, load.Job):                   # interrupted meanwhile
             return
-        ref, result = dispatched.ref, event.result
-        if isinstance(result, Failure):
-            status = "skipped" if result.skip else "failed"
-            return self._complete(Finished(ref, Outcome(status, load.failure_text(result))))
-        if result.unchanged:
-            outcome = Outcome("unchanged", chunks=self.col.known[ref.source].chunks, seconds=result.seconds)
-            return self._complete(Finished(replace(ref, file_hash=result.file_hash), outcome, record=True))
-        pages = self._pending[event.seq] = load.Pages(ref, result, dispatched.old_hash)
-        for page, future in ocr.fan_out(self.pools, ref.path, result.ocr_pages, self.ocr_options, self.col.spec):
+        ref = job.ref
+        state = load.after_load(ref, event.result, job.old_hash, job.known_chunks)
+        if isinstance(state, Finished):
+            return self._complete(state)
+        pages = self._pending[event.seq] = state
+        for page, future in ocr.fan_out(self.pools, ref.path, pages.ocr_pages_todo, self.ocr_options, self.col.spec):
             future.add_done_callback(lambda f, p=page: self.events.put(OcrPageDone(event.seq, p, f.result())))
-        for task, future in load.fan_out(self.pools, ref.fmt, result.segments, self.col.spec):
+        for task, future in load.fan_out(self.pools, ref.fmt, pages.segments, self.col.spec):
             future.add_done_callback(lambda f, t=task: self.events.put(ChunksDone(event.seq, t, f.result())))
         if not pages.pending:
             self._complete(pages.finish())
@@ -269,19 +280,14 @@ class Run:
         if isinstance(event, ChunksDone):
             pages.add_chunks(event.task, result)
         else:
-            pages.add_ocr(event.page, result if isinstance(result, Failure) else result.page,
-                          getattr(result, "seconds", 0.0))
+            pages.add_ocr(event.page, result)
         if not pages.pending:
             self._complete(pages.finish())
 
     def _complete(self, file: Finished) -> None:
-        """Hand a finished file to the reorder buffer; feed the encoder every file that is next in order.
-        A file skipped now (emptied, a link now leading outside) loses the rows of its earlier version."""
+        """Hand a finished file to the reorder buffer; feed the encoder every file that is next in order."""
         self._pending.pop(file.ref.seq, None)
-        if file.outcome.status == "skipped" and file.ref.source in self.col.known:
-            note = "its rows from an earlier run were removed"
-            file = replace(file, drop=True, outcome=replace(file.outcome, warnings=file.outcome.warnings + (note,)))
-        for ready in self._reorder.put(file.ref.seq, file):
+        for ready in self._reorder.put(file.ref.seq, load.drop_if_skipped(file, self.col.known)):
             self.stage.feed.put(ready)
         if self._reorder.next == self._total:
             self.stage.feed.put(None)                  # end of input for the encoder
@@ -320,7 +326,7 @@ class Run:
                   file=sys.stderr)
         return 0
 
-    def _rates(self, files: list[Finished]) -> dict[str, float]:
+    def rates(self, files: list[Finished]) -> dict[str, float]:
         ingested = [f.outcome for f in files if f.outcome.status == "ingested"]
         chunks, load_s = sum(o.chunks for o in ingested), sum(o.seconds for o in ingested)
         rates = {}

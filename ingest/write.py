@@ -51,11 +51,11 @@ class Writer:
     def __init__(self, store: Store, manifest: Manifest, model: str, settings: str, batch_rows: int,
                  on_accepted: Callable[[Finished], None], on_written: Callable[[Finished], None], backend: str,
                  writers: int = 1):
-        self.store, self.manifest = store, manifest
-        self.model, self.settings, self.batch_rows, self.backend = model, settings, batch_rows, backend
+        self.store = store
+        self.model, self.batch_rows, self.backend = model, batch_rows, backend
         self.on_accepted, self.on_written = on_accepted, on_written
         self.processes = 1 if is_local(store.uri) else max(1, writers)    # Lite: one writer at a time
-        self.files: list[Finished] = []
+        self.ledger = Ledger(store, manifest, settings)
         self.last_flush = time.monotonic()
         self.seconds = 0.0                   # busy: batches in flight, or a flush's own calls
         self.rows_written = 0
@@ -65,8 +65,6 @@ class Writer:
         self._in_flight: list[tuple[Batch, Future]] = []
         self._pool: WriterPool | None = None
         self._closed = False
-        self._failed: dict[str, str] = {}    # source -> error, for files failed while being written
-        self._touched: set[str] = set()      # sources whose rows may be in the store, file not settled yet
         self._collection_ready = False
         self._lock = threading.RLock()       # add() runs in the encode thread, flush_if_due() in the main loop
         self._busy = threading.Lock()        # the busy clock, also run by the pool's result thread
@@ -77,17 +75,17 @@ class Writer:
         """Queue rows for chunks [start, start+len) of `file`; `last` marks the file's final part."""
         with self._lock:
             ref = file.ref
-            if ref.source not in self._failed and texts:
+            if ref.source not in self.ledger.failed and texts:
                 if not self._collection_ready:
                     self.store.ensure_collection(self.model, int(vectors.shape[1]), self.backend)
                     self._collection_ready = True
                 self._queue(Segment(ref.source, ref.fmt, ref.file_hash, start, tuple(texts), vectors))
             if last:
-                self.files.append(replace(file, pages=()))      # its text is in batches now
+                self.ledger.files.append(replace(file, pages=()))      # its text is in batches now
             self._take_answers(self.processes * MAX_IN_FLIGHT)
             if last:
                 self.on_accepted(file)
-            if self.files and (len(self.files) >= FLUSH_FILES or self.rows_written - self._rows_at_flush >= FLUSH_ROWS
+            if self.ledger.files and (len(self.ledger.files) >= FLUSH_FILES or self.rows_written - self._rows_at_flush >= FLUSH_ROWS
                                or time.monotonic() - self.last_flush > FLUSH_EVERY_S):
                 self._flush()
 
@@ -99,7 +97,7 @@ class Writer:
     def flush_if_due(self) -> None:
         """Flush what waits if the last flush is FLUSH_EVERY_S old: files must not wait for a next add()."""
         with self._lock:
-            if self.files and time.monotonic() - self.last_flush > FLUSH_EVERY_S:
+            if self.ledger.files and time.monotonic() - self.last_flush > FLUSH_EVERY_S:
                 self._flush()
 
     def flush(self) -> None:
@@ -178,16 +176,16 @@ class Writer:
     def _answer(self, batch: Batch, answer: Ack | Refused | Unreachable | Failure) -> None:
         if isinstance(answer, Ack):
             self.rows_written += answer.rows
-            self._touched.update(batch.sources)
+            self.ledger.touched.update(batch.sources)
             return
         if isinstance(answer, Unreachable):
             raise StoreError(answer.error)
         if isinstance(answer, Failure):                  # the writer died twice or timed out: rows may be in
-            self._touched.update(batch.sources)
+            self.ledger.touched.update(batch.sources)
         parts = batch.by_source()
         if len(parts) > 1:                               # retry file by file (see NOTE)
             for part in parts:
-                if part.segments[0].source not in self._failed:
+                if part.segments[0].source not in self.ledger.failed:
                     self._submit(part)
             return
         source = parts[0].segments[0].source
@@ -196,7 +194,7 @@ class Writer:
         self._fail(source, error)
 
     def _fail(self, source: str, error: str) -> None:
-        self._failed.setdefault(source, error)
+        self.ledger.failed.setdefault(source, error)
         self._queued = [s for s in self._queued if s.source != source]
         self._queued_rows = sum(len(s.chunks) for s in self._queued)
 
@@ -205,27 +203,7 @@ class Writer:
         self._submit_queued()
         self._take_answers(0)
         start = time.perf_counter()
-        if self._touched:
-            self.store.flush()
-        failed_here = {f.ref.source for f in self.files if f.ref.source in self._failed}
-        done = [self._settle(f) for f in self.files]
-        removed = [f.ref.source for f in done
-                   if f.drop or (f.ref.source in failed_here and f.ref.source in self._touched)]
-        changed = [f for f in done if f.outcome.status == "ingested" and f.old_hash and f.old_hash != f.ref.file_hash]
-        for f in changed:
-            self.store.delete_stale(f.ref.source, f.ref.file_hash)
-        for source in removed:
-            self.store.delete_source(source)
-        if changed or removed:
-            self.store.flush()
-        self._touched -= {f.ref.source for f in done}
-        entries = [Entry(f.ref.source, f.ref.size, f.ref.mtime_ns, f.ref.file_hash, "ingested", f.outcome.chunks,
-                         f.ref.fmt, self.settings) for f in done if f.record]
-        if entries:
-            self.manifest.record(entries)
-        if removed:
-            self.manifest.remove(removed)
-        self.files = []
+        done = self.ledger.commit()
         self.last_flush = time.monotonic()
         self._rows_at_flush = self.rows_written
         with self._busy:
@@ -233,9 +211,45 @@ class Writer:
         for f in done:
             self.on_written(f)
 
+
+class Ledger:
+    """Files whose rows were all sent, until the flush that records them: store first, then manifest
+    (NOTE above). Both engines keep one: the local Writer, and the Ray engine's driver."""
+
+    def __init__(self, store: Store, manifest: Manifest, settings: str):
+        self.store, self.manifest, self.settings = store, manifest, settings
+        self.files: list[Finished] = []      # every batch with their rows answered, or none sent
+        self.failed: dict[str, str] = {}     # source -> error, for files failed while being written
+        self.touched: set[str] = set()       # sources whose rows may be in the store, file not settled yet
+
+    def commit(self) -> list[Finished]:
+        """Flush the store, delete what the files replace or drop, record them; the files as they end."""
+        if self.touched:
+            self.store.flush()
+        failed_here = {f.ref.source for f in self.files if f.ref.source in self.failed}
+        done = [self._settle(f) for f in self.files]
+        removed = [f.ref.source for f in done
+                   if f.drop or (f.ref.source in failed_here and f.ref.source in self.touched)]
+        changed = [f for f in done if f.outcome.status == "ingested" and f.old_hash and f.old_hash != f.ref.file_hash]
+        for f in changed:
+            self.store.delete_stale(f.ref.source, f.ref.file_hash)
+        for source in removed:
+            self.store.delete_source(source)
+        if changed or removed:
+            self.store.flush()
+        self.touched -= {f.ref.source for f in done}
+        entries = [Entry(f.ref.source, f.ref.size, f.ref.mtime_ns, f.ref.file_hash, "ingested", f.outcome.chunks,
+                         f.ref.fmt, self.settings) for f in done if f.record]
+        if entries:
+            self.manifest.record(entries)
+        if removed:
+            self.manifest.remove(removed)
+        self.files = []
+        return done
+
     def _settle(self, file: Finished) -> Finished:
         """The file as it ends: failed if it failed while being written."""
-        error = self._failed.pop(file.ref.source, None)
+        error = self.failed.pop(file.ref.source, None)
         if error is None:
             return file
         outcome = Outcome("failed", error, ocr_pages=file.outcome.ocr_pages, warnings=file.outcome.warnings,

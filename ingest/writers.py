@@ -111,8 +111,13 @@ def write(batch: Batch) -> Ack | Refused | Unreachable:
     global _store
     if _store is None:
         _store = Store.at(_endpoint)
+    return upsert(_store, batch)
+
+
+def upsert(store: Store, batch: Batch) -> Ack | Refused | Unreachable:
+    """Upsert the batch's rows: the store's answer as a value."""
     try:
-        _store.upsert_columns(batch.columns())
+        store.upsert_columns(batch.columns())
     except StoreRejected as exc:
         return Refused(str(exc))
     except StoreError as exc:

@@ -45,6 +45,13 @@ def ingest(*args: str, cwd: Path, timeout: float = 600, config: str | None = Non
     return Result(proc.returncode, proc.stdout, proc.stderr, report)
 
 
+def run_on(uri: str, collection: str, cwd: Path, *extra: str, config: str | None = None) -> Result:
+    """`ingest run docs` in `cwd` on a server collection, report in cwd/report.json."""
+    (cwd / "report.json").unlink(missing_ok=True)
+    return ingest("run", "docs", "--store", uri, "--collection", collection, "--report", "report.json", "--quiet",
+                  *extra, cwd=cwd, config=config)
+
+
 def run(folder: Path, cwd: Path, *extra: str, config: str | None = None, timeout: float = 600) -> Result:
     (cwd / "report.json").unlink(missing_ok=True)
     return ingest("run", str(folder), "--store", str(cwd / "store.db"), "--report", str(cwd / "report.json"),
@@ -152,6 +159,29 @@ def milvus_server() -> Iterator[Callable[..., MilvusServer]]:
     yield start
     for server in started:
         server.stop()
+
+
+# -- one Ray cluster for the session ----------------------------------------------------------
+@pytest.fixture(scope="session")
+def ray_address() -> Iterator[str]:
+    """The address of a Ray cluster (`ray start --head` on loopback) that every `--engine ray` run of the
+    session joins: Ray starts once. 4 logical CPUs, so an encode actor, a writer and load tasks fit on 2 cores."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray = str(Path(sys.executable).parent / "ray")
+    # Token auth off: the cluster listens on this machine only, for the session's drivers.
+    env = dict(cli_env(), RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
+    subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=4",
+                    "--num-gpus=0", "--include-dashboard=false", "--object-store-memory=200000000",
+                    "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=120)
+    yield f"127.0.0.1:{port}"      # Ray answers on the host's address too; drivers find it either way
+    subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+def ray_config(address: str, extra: str = "") -> str:
+    """config.toml text for `ingest run` on the Ray engine at `address`."""
+    return f'[run]\nengine = "ray"\n[ray]\naddress = "{address}"\n{extra}'
 
 
 def server_rows(uri: str, collection: str) -> list[dict]:

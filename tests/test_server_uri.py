@@ -12,16 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import Result, cli_env, ingest, server_rows
+from conftest import cli_env, ingest, run_on, server_rows
 
 SLOW = '[loaders]\nplugins = ["fault_loaders"]\n[loaders.txt]\ntimeout_s = 600\n'
-
-
-def run_on(uri: str, collection: str, cwd: Path, *extra: str, config: str | None = None) -> Result:
-    """`ingest run docs` in `cwd` on a server collection, report in cwd/report.json."""
-    (cwd / "report.json").unlink(missing_ok=True)
-    return ingest("run", "docs", "--store", uri, "--collection", collection, "--report", "report.json", "--quiet",
-                  *extra, cwd=cwd, config=config)
 
 
 def test_manifest_lives_in_the_server_so_another_directory_sees_it(milvus_uri: str, tmp_path: Path) -> None:

@@ -13,9 +13,11 @@ NOTE (timeout and crash protocol):
   leaves no orphans. Pools start on first use: a pool nobody submits to costs nothing.
 - A pool whose idle worker died, or whose workers cannot start, is broken for pebble
   (schedule raises RuntimeError, in-flight tasks get BrokenProcessPool): it is retired and
-  a fresh pool started on next use; its tasks are retried once there, like a crash. After
-  MAX_BREAKS breaks in a row with no task done (workers that cannot start), tasks fail at
-  once instead of starting pool after pool.
+  a fresh pool started on next use, and its tasks are retried there. A break is not charged
+  as the task's crash: pebble also breaks a pool when a worker dies before it acknowledged
+  its task, so a crash next door (or a task's own retry) can break it under innocent tasks.
+  A task is retried after each of up to MAX_BREAKS breaks; after MAX_BREAKS breaks in a row with
+  no task done (workers that cannot start), tasks fail at once instead of starting pool after pool.
 - stop() kills every worker at once (end of run, Ctrl-C); unfinished Futures resolve to
   Failure("cancelled (run interrupted)").
 """
@@ -77,11 +79,12 @@ class Pools:
     def submit(self, name: str, fn: Callable[[Any], Any], arg: Any, extra_s: float = 0.0) -> Future:
         """Run fn(arg) in pool `name` within its timeout (+ extra_s): a Future of the result or a Failure."""
         out: Future = Future()
-        self._schedule(name, fn, arg, self._timeouts[name] + extra_s, out, 0)
+        self._schedule(name, fn, arg, self._timeouts[name] + extra_s, out, 0, 0)
         return out
 
     def _schedule(self, name: str, fn: Callable[[Any], Any], arg: Any, timeout: float, out: Future,
-                  attempt: int) -> None:
+                  attempt: int, breaks: int) -> None:
+        """Schedule fn(arg) in pool `name`; `attempt` counts the task's crashes, `breaks` the pools broken under it."""
         where = f"{name} pool"
         if self._stopped:
             out.set_result(Failure(where, "cancelled (run interrupted)"))
@@ -93,7 +96,7 @@ class Pools:
         try:
             future = pool.schedule(fn, args=(arg,), timeout=timeout)
         except RuntimeError:                  # broken: an idle worker died, or workers cannot start
-            self._broken(name, fn, arg, timeout, out, attempt, pool)
+            self._broken(name, fn, arg, timeout, out, attempt, breaks, pool)
             return
 
         def done(f: Future) -> None:
@@ -105,25 +108,25 @@ class Pools:
                 out.set_result(Failure(where, f"timeout after {timeout:g} s"))
             except ProcessExpired as exc:
                 if attempt < RETRIES_AFTER_CRASH:
-                    self._schedule(name, fn, arg, timeout, out, attempt + 1)
+                    self._schedule(name, fn, arg, timeout, out, attempt + 1, breaks)
                 else:
                     out.set_result(Failure(where, Failure.describe_exit(exc.exitcode), pid=exc.pid,
                                            exitcode=exc.exitcode))
             except CancelledError:
                 out.set_result(Failure(where, "cancelled (run interrupted)"))
             except (BrokenProcessPool, RuntimeError):
-                self._broken(name, fn, arg, timeout, out, attempt, pool)
+                self._broken(name, fn, arg, timeout, out, attempt, breaks, pool)
             except Exception as exc:          # pickling errors
                 out.set_result(Failure(where, f"{type(exc).__name__}: {exc}"[:300]))
 
         future.add_done_callback(done)
 
     def _broken(self, name: str, fn: Callable[[Any], Any], arg: Any, timeout: float, out: Future, attempt: int,
-                pool: ProcessPool) -> None:
-        """The pool broke under this task: replace it and retry the task once, else fail it."""
+                breaks: int, pool: ProcessPool) -> None:
+        """The pool broke under this task: replace it and retry the task (see NOTE), else fail it."""
         self._replace(name, pool)
-        if attempt < RETRIES_AFTER_CRASH and not self._stopped and self._breaks.get(name, 0) < MAX_BREAKS:
-            self._schedule(name, fn, arg, timeout, out, attempt + 1)
+        if breaks < MAX_BREAKS and not self._stopped and self._breaks.get(name, 0) < MAX_BREAKS:
+            self._schedule(name, fn, arg, timeout, out, attempt, breaks + 1)
         else:
             out.set_result(Failure(f"{name} pool", BROKEN))
 

@@ -1,0 +1,199 @@
+"""The Ray engine's stages, as Ray Data runs them on any node: load tasks, encode actors, writer actors.
+
+Each stage is the local engine's code in another host process: a load task runs a file's whole
+journey through loader pools of its own (`ingest.load.load_whole`: per-file timeouts and crash
+isolation as in the local engine), an encode actor runs an EncodePool (its worker process on the
+actor's GPU, or the CPU) and a writer actor upserts with its own store client. Only the encode
+actor touches ray (its node id): Ray Data calls these with blocks of rows.
+
+Rows carry pickled values in one column: a load task turns each file into `Part`s (up to
+GROUP_CHUNKS chunks of one file with their token ids; a file without chunks is one empty part
+carrying its outcome) and packs consecutive parts into rows of about PACK_CHUNKS chunks (column
+"pack"); the encoder adds each part's vectors, or the error that fails its file; the writer
+answers one `PartAck` per part (column "ack"), which the driver counts per file.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ingest.chunk import ChunkSpec
+from ingest.encode import chunk_failure_text, file_parts, make_pool
+from ingest.files import Finished
+from ingest.load import Job, import_plugins, init_loader_process, load_whole
+from ingest.loaders import LoaderOptions, OcrOptions
+from ingest.model_ref import ModelRef
+from ingest.store import Endpoint, Store
+from ingest.workers.encode import Pretokenized
+from ingest.workers.pool import Pools
+from ingest.writers import Ack, Batch, Refused, Segment, Unreachable, upsert
+
+PACK_CHUNKS = 256            # chunks per row between stages (many small files share a row)
+
+
+@dataclass(frozen=True, eq=False)
+class Part:
+    """Chunks [start, start + len(chunks)) of a file, part `index` of its `count`."""
+    file: Finished                                   # without its pages (they are in the parts)
+    index: int
+    count: int
+    start: int
+    chunks: tuple[tuple[int | None, str], ...]      # (page, text)
+    tokens: Pretokenized | None
+    vectors: np.ndarray | None = None
+    error: str | None = None                         # its chunks could not be encoded: the file fails
+    encoder: str = ""                                # the Ray node that encoded it
+
+
+@dataclass(frozen=True)
+class PartAck:
+    """The writer's answer for one part: rows stored, or the error that fails the file."""
+    file: Finished
+    index: int
+    count: int
+    rows: int
+    error: str | None = None
+    unreachable: bool = False                        # the store did not answer: the run stops
+    encoder: str = ""
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """What a load task needs: the loader and OCR options, the chunking, the pools' sizes and limits."""
+    options: LoaderOptions
+    ocr_options: OcrOptions
+    spec: ChunkSpec
+    plugins: tuple[str, ...]
+    memory_mb: int
+    timeouts: tuple[tuple[str, float], ...]          # (pool, seconds per task)
+
+
+def dumps(value: Any) -> bytes:
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def parts_of(file: Finished) -> list[Part]:
+    parts = [(start, tuple(chunks), tokens) for start, chunks, tokens, _ in file_parts(file)]
+    meta = replace(file, pages=())
+    return [Part(meta, i, len(parts), start, chunks, tokens if chunks else None)
+            for i, (start, chunks, tokens) in enumerate(parts)]
+
+
+def packed(parts: list[Part]) -> list[bytes]:
+    """Consecutive parts in rows of about PACK_CHUNKS chunks."""
+    rows: list[list[Part]] = []
+    size = PACK_CHUNKS
+    for part in parts:
+        if size + len(part.chunks) > PACK_CHUNKS or not rows:
+            rows.append([])
+            size = 0
+        rows[-1].append(part)
+        size += len(part.chunks)
+    return [dumps(tuple(row)) for row in rows]
+
+
+def unpacked(batch: dict[str, Any], column: str = "pack") -> list[Any]:
+    return [item for blob in batch[column] for item in pickle.loads(blob)]
+
+
+# -- load tasks ------------------------------------------------------------------------------
+_pools: dict[LoadSettings, Pools] = {}
+
+
+def load_files(batch: dict[str, Any], settings: LoadSettings) -> dict[str, list[bytes]]:
+    """A Ray task: load, OCR and chunk each file of the block in loader pools that live as long as
+    this Ray worker process (one process per pool, started on first use)."""
+    pools = _pools.get(settings)
+    if pools is None:
+        import_plugins(settings.plugins)             # formats resolve to their pools here too
+        timeouts = dict(settings.timeouts)
+        pools = _pools[settings] = Pools({name: 1 for name in timeouts}, timeouts, init_loader_process,
+                                         (settings.plugins, settings.memory_mb))
+    parts: list[Part] = []
+    for blob in batch["job"]:
+        job: Job = pickle.loads(blob)
+        parts += parts_of(load_whole(pools, job, settings.options, settings.ocr_options, settings.spec))
+    return {"pack": packed(parts)}
+
+
+# -- encode actors ---------------------------------------------------------------------------
+class EncodeParts:
+    """A Ray actor: an EncodePool (the model loaded once, in its worker process) on the actor's device."""
+
+    def __init__(self, model: ModelRef, settings: dict[str, Any]):
+        import ray                                   # this runs in a Ray actor
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.node = ray.get_runtime_context().get_node_id()
+        self.pool = make_pool(model, settings)
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
+        parts = unpacked(batch)
+        groups = [(p, p.tokens) for p in parts if p.chunks]
+        failures: list[tuple[int, int, BaseException]] = []         # appended by the pool's thread
+        done: dict[int, Part] = {}
+        offset = 0
+        for p, vectors in self.pool.encode_groups(groups, on_failed=lambda *f: failures.append(f)):
+            error = chunk_failure_text(failures, offset, p.start, len(p.chunks)) \
+                if failures and np.isnan(vectors).any() else None
+            offset += len(p.chunks)
+            done[id(p)] = replace(p, tokens=None, vectors=None if error else vectors, error=error, encoder=self.node)
+        return {"pack": [dumps(tuple(done.get(id(p), p) for p in parts))]}
+
+    def __del__(self) -> None:
+        """Ray Data drops the actor's object when the dataset is done: stop the encode worker with it."""
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.close()
+
+
+# -- writer actors ---------------------------------------------------------------------------
+class WriteParts:
+    """A Ray actor: upserts parts' rows in batches of `batch_rows` with a store client of its own;
+    a batch the store refuses is retried file by file, so a refusal fails only its own file."""
+
+    def __init__(self, endpoint: Endpoint, batch_rows: int):
+        self.endpoint, self.batch_rows = endpoint, batch_rows
+        self.store: Store | None = None
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
+        parts = unpacked(batch)
+        self.store = self.store or Store.at(self.endpoint)
+        errors: dict[str, tuple[str, bool]] = {}            # source -> (error, unreachable)
+        for rows in self._batches([p for p in parts if p.vectors is not None]):
+            for retry in self._answered(rows, errors):
+                self._answered(retry, errors)
+        acks = []
+        for p in parts:
+            error, unreachable = errors.get(p.file.ref.source, (p.error, False))
+            stored = len(p.chunks) if p.vectors is not None and error is None else 0
+            acks.append(PartAck(p.file, p.index, p.count, stored, error, unreachable, p.encoder))
+        return {"ack": [dumps(tuple(acks))]}
+
+    def _batches(self, parts: list[Part]) -> list[Batch]:
+        batches, rows, size = [], [], 0
+        for p in parts:
+            segment = Segment(p.file.ref.source, p.file.ref.fmt, p.file.ref.file_hash, p.start, p.chunks, p.vectors)
+            while size + len(segment.chunks) >= self.batch_rows:
+                head, segment = segment.cut(self.batch_rows - size)
+                batches.append(Batch(tuple(rows + [head])))
+                rows, size = [], 0
+            if segment.chunks:
+                rows.append(segment)
+                size += len(segment.chunks)
+        return batches + ([Batch(tuple(rows))] if rows else [])
+
+    def _answered(self, batch: Batch, errors: dict[str, tuple[str, bool]]) -> list[Batch]:
+        """Upsert `batch`; note its files' errors; the per-file batches to retry after a refusal."""
+        answer: Ack | Refused | Unreachable = upsert(self.store, batch)
+        if isinstance(answer, Ack):
+            return []
+        if isinstance(answer, Refused) and len(batch.sources) > 1:
+            return batch.by_source()
+        for source in batch.sources:
+            errors.setdefault(source, (answer.error, isinstance(answer, Unreachable)))
+        return []

@@ -1,0 +1,145 @@
+"""Issue 12: `ingest run --engine ray` on a real Ray cluster (one for the session) writing to a real Milvus
+server on loopback (`milvus-lite server`): the same rows as the local engine, the same incremental
+semantics, and faults that cost a file, an actor's batch or a rerun, never rows."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from conftest import cli_env, ingest, ray_config, run_on, server_rows
+from test_faults import FAULT_CONFIG
+from test_pipeline import PHRASES, build_folder
+
+NULL = '[model]\nbackend = "null"\n'
+SENTENCES = ["Beavers build dams that turn streams into ponds.", "Comets grow tails when they near the sun.",
+             "Glassblowers shape molten sand with breath and patience.", "Tides follow the moon around the planet."]
+
+
+def ids(uri: str, collection: str) -> set[str]:
+    rows = server_rows(uri, collection)
+    assert len(rows) == len({r["id"] for r in rows})
+    return {r["id"] for r in rows}
+
+
+def many_texts(docs: Path, n: int, ext: str = "txt") -> None:
+    """n text files of a few chunks each, every one different."""
+    for i in range(n):
+        body = "\n\n".join(f"File {i}, paragraph {j}: " + " ".join(SENTENCES[(i + j + k) % 4] for k in range(25))
+                           for j in range(3))
+        (docs / f"f{i:03}.{ext}").write_text(body)
+
+
+def test_same_rows_as_the_local_engine_and_the_same_incremental_runs(milvus_uri: str, ray_address: str,
+                                                                     work: Path) -> None:
+    build_folder(work / "docs")
+    local = run_on(milvus_uri, "eng_local", work)
+    ray = run_on(milvus_uri, "eng_ray", work, config=ray_config(ray_address))
+    assert local.rc == ray.rc == 1, ray.stderr                           # broken.pdf fails in both
+    assert ray.report and ray.report["totals"]["engine"] == "ray", ray.stderr
+    strip = lambda res: {p: (f["status"], f["chunks"], f.get("error")) for p, f in res.by_path().items()}
+    assert strip(ray) == strip(local)
+    assert ids(milvus_uri, "eng_ray") == ids(milvus_uri, "eng_local")
+    for name, phrase in PHRASES.items():
+        hits = ingest("search", phrase, "--json", "--store", milvus_uri, "--collection", "eng_ray", cwd=work)
+        assert hits.rc == 0, hits.stderr
+        assert name in hits.stdout, (name, hits.stdout)
+
+    again = run_on(milvus_uri, "eng_ray", work)                          # config.toml still says ray
+    assert again.rc == 1 and "ingested" not in again.report["totals"]["by_status"], again.report["totals"]
+    assert again.report["totals"]["by_status"]["unchanged"] == len(PHRASES)
+
+    docs = work / "docs"
+    (docs / "notes.txt").write_text("Copper kettles were replaced by electric ones in the harbour town.\n")
+    (docs / "guide.md").unlink()
+    changed = run_on(milvus_uri, "eng_ray", work, "--prune")
+    (work / "config.toml").unlink()
+    changed_local = run_on(milvus_uri, "eng_local", work, "--prune")
+    assert changed.rc == changed_local.rc == 1, changed.stderr
+    assert changed.by_path()["notes.txt"]["status"] == "ingested" and changed.report["totals"]["pruned"] == 1
+    assert strip(changed) == strip(changed_local)
+    assert ids(milvus_uri, "eng_ray") == ids(milvus_uri, "eng_local")
+
+
+def test_loader_faults_cost_only_their_file(milvus_uri: str, ray_address: str, work: Path) -> None:
+    docs = work / "docs"
+    for ext in ("sleep", "segv"):
+        (docs / f"bad.{ext}").write_text("x")
+    (docs / "good.txt").write_text("Bees dance to tell the hive where the flowers are.")
+    res = run_on(milvus_uri, "eng_faults", work, config=FAULT_CONFIG + NULL + ray_config(ray_address))
+    assert res.rc == 1, res.stderr
+    files = res.by_path()
+    assert files["bad.sleep"]["status"] == "failed" and files["bad.sleep"]["error"] == "timeout after 3 s"
+    assert "SIGSEGV" in files["bad.segv"]["error"] and "retried once" in files["bad.segv"]["error"]
+    assert files["good.txt"]["status"] == "ingested"
+    assert len(ids(milvus_uri, "eng_faults")) == files["good.txt"]["chunks"]
+
+
+def _encode_actor(driver: subprocess.Popen, timeout: float = 180) -> psutil.Process:
+    """The Ray actor process that hosts the run's EncodePool, once its encode worker runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and driver.poll() is None:
+        for proc in psutil.process_iter(["cmdline"]):
+            if "EncodeParts" in " ".join(proc.info["cmdline"] or ()):
+                try:
+                    if any("ingest-encode" in c.name() for c in proc.children()):
+                        return proc
+                except psutil.Error:
+                    pass
+        time.sleep(0.3)
+    raise AssertionError(f"no encode actor with a running encode worker (driver exit {driver.poll()})")
+
+
+def _start(work: Path, collection: str, uri: str, config: str, **env: str) -> subprocess.Popen:
+    (work / "config.toml").write_text(config)
+    return subprocess.Popen([sys.executable, "-m", "ingest.cli", "run", "docs", "--store", uri, "--collection",
+                             collection, "--report", "report.json", "--quiet"], cwd=work, env=dict(cli_env(), **env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def test_a_killed_encode_actor_is_replaced_and_its_batch_redone(milvus_uri: str, ray_address: str,
+                                                                 work: Path) -> None:
+    many_texts(work / "docs", 40)
+    clean = run_on(milvus_uri, "actor_clean", work, config=NULL)
+    assert clean.rc == 0, clean.stderr
+    slow = '{"match": "", "action": "delay", "seconds": 2}'              # each batch: up to 2 s
+    driver = _start(work, "actor_kill", milvus_uri, NULL + ray_config(ray_address), INGEST_FAULT=slow)
+    actor = _encode_actor(driver)
+    time.sleep(2)
+    assert driver.poll() is None, driver.communicate()
+    actor.kill()
+    out, err = driver.communicate(timeout=300)
+    assert driver.returncode == 0, err
+    assert ids(milvus_uri, "actor_kill") == ids(milvus_uri, "actor_clean")
+
+
+def test_a_sigkilled_driver_leaves_a_rerun_with_exactly_the_clean_rows(milvus_uri: str, ray_address: str,
+                                                                       work: Path) -> None:
+    many_texts(work / "docs", 16, ext="slowtxt")
+    plugins = '[loaders]\nplugins = ["fault_loaders"]\n'
+    clean = run_on(milvus_uri, "driver_clean", work, config=plugins + NULL)
+    assert clean.rc == 0, clean.stderr
+    driver = _start(work, "driver_kill", milvus_uri, plugins + NULL + ray_config(ray_address),
+                    INGEST_TEST_SLOW_S="1")
+    deadline = time.monotonic() + 180
+    while not server_rows(milvus_uri, "driver_kill") and time.monotonic() < deadline and driver.poll() is None:
+        time.sleep(0.3)
+    assert driver.poll() is None, driver.communicate()
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    rerun = run_on(milvus_uri, "driver_kill", work)
+    assert rerun.rc == 0, rerun.stderr
+    assert set(rerun.report["totals"]["by_status"]) <= {"ingested", "unchanged"}
+    assert ids(milvus_uri, "driver_kill") == ids(milvus_uri, "driver_clean")
+
+
+def test_a_milvus_lite_file_cannot_be_written_from_a_cluster(work: Path) -> None:
+    (work / "docs" / "a.txt").write_text("Kites rise against the wind, not with it.")
+    res = ingest("run", "docs", "--store", "lite.db", cwd=work, config=ray_config("auto"))
+    assert res.rc == 2 and res.stderr.strip().count("\n") == 0, res.stderr
+    assert "Milvus Lite file" in res.stderr and "server URI" in res.stderr

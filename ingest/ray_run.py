@@ -248,9 +248,3 @@ class RayRun(Run):
 
     def engine_totals(self) -> dict[str, Any]:
         return {"engine": "ray", "rows_by_encoder_node": dict(getattr(self, "_encoders", {}))}
-
-    def rates(self, files: list[Finished]) -> dict[str, float]:
-        ingested = [f.outcome for f in files if f.outcome.status == "ingested"]
-        chunks, load_s = sum(o.chunks for o in ingested), sum(o.seconds for o in ingested)
-        return {"load": chunks / load_s} if chunks and load_s else {}
-

@@ -30,7 +30,7 @@ from ingest.model_ref import ModelRef
 from ingest.store import Endpoint, Store
 from ingest.workers.encode import Pretokenized
 from ingest.workers.pool import Pools
-from ingest.writers import Ack, Batch, Refused, Segment, Unreachable, upsert
+from ingest.writers import Ack, Batch, Batcher, Refused, Segment, Unreachable, upsert
 
 PACK_CHUNKS = 256            # chunks per row between stages (many small files share a row)
 
@@ -175,17 +175,12 @@ class WriteParts:
         return {"ack": [dumps(tuple(acks))]}
 
     def _batches(self, parts: list[Part]) -> list[Batch]:
-        batches, rows, size = [], [], 0
+        batcher, batches = Batcher(self.batch_rows), []
         for p in parts:
-            segment = Segment(p.file.ref.source, p.file.ref.fmt, p.file.ref.file_hash, p.start, p.chunks, p.vectors)
-            while size + len(segment.chunks) >= self.batch_rows:
-                head, segment = segment.cut(self.batch_rows - size)
-                batches.append(Batch(tuple(rows + [head])))
-                rows, size = [], 0
-            if segment.chunks:
-                rows.append(segment)
-                size += len(segment.chunks)
-        return batches + ([Batch(tuple(rows))] if rows else [])
+            ref = p.file.ref
+            batches += batcher.add(Segment(ref.source, ref.fmt, ref.file_hash, p.start, p.chunks, p.vectors))
+        rest = batcher.rest()
+        return batches + ([rest] if rest is not None else [])
 
     def _answered(self, batch: Batch, errors: dict[str, tuple[str, bool]]) -> list[Batch]:
         """Upsert `batch`; note its files' errors; the per-file batches to retry after a refusal."""

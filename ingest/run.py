@@ -333,9 +333,9 @@ class Run:
         if chunks and load_s:
             rates["load"] = chunks / load_s
         for stage in ("tokenize", "encode"):
-            secs = self.stage.stats.get(f"{stage}_s")
+            secs = self.stage.stats.get(f"{stage}_s") if self.stage is not None else None
             if chunks and secs:
                 rates[stage] = chunks / secs
-        if chunks and self.writer.seconds:
+        if chunks and self.writer is not None and self.writer.seconds:
             rates["write"] = self.writer.rows_written / self.writer.seconds
         return rates

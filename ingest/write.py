@@ -39,7 +39,7 @@ from ingest.files import Finished, Outcome
 from ingest.manifest import Entry, Manifest
 from ingest.store import Store, StoreError, is_local
 from ingest.workers.failure import Failure
-from ingest.writers import Ack, Batch, Refused, Segment, Unreachable, WriterPool, answer_within
+from ingest.writers import Ack, Batch, Batcher, Refused, Segment, Unreachable, WriterPool, answer_within
 
 FLUSH_EVERY_S = 5.0
 FLUSH_ROWS = 8192           # Milvus Lite here: 245 us/row flushing every 512 rows, 160 every 1,536 (bench/feed.py)
@@ -60,8 +60,7 @@ class Writer:
         self.seconds = 0.0                   # busy: batches in flight, or a flush's own calls
         self.rows_written = 0
         self._rows_at_flush = 0
-        self._queued: list[Segment] = []     # rows not yet in a batch
-        self._queued_rows = 0
+        self._batcher = Batcher(batch_rows)  # rows not yet in a batch
         self._in_flight: list[tuple[Batch, Future]] = []
         self._pool: WriterPool | None = None
         self._closed = False
@@ -121,18 +120,12 @@ class Writer:
     # -- batches --------------------------------------------------------------------
     def _queue(self, segment: Segment) -> None:
         """Queue a segment; submit every full batch."""
-        while self._queued_rows + len(segment.chunks) >= self.batch_rows:
-            head, segment = segment.cut(self.batch_rows - self._queued_rows)
-            self._queued.append(head)
-            self._submit_queued()
-        if segment.chunks:
-            self._queued.append(segment)
-            self._queued_rows += len(segment.chunks)
+        for batch in self._batcher.add(segment):
+            self._submit(batch)
 
     def _submit_queued(self) -> None:
-        if self._queued:
-            self._submit(Batch(tuple(self._queued)))
-        self._queued, self._queued_rows = [], 0
+        if (batch := self._batcher.rest()) is not None:
+            self._submit(batch)
 
     def _submit(self, batch: Batch) -> None:
         if self._closed:
@@ -195,8 +188,7 @@ class Writer:
 
     def _fail(self, source: str, error: str) -> None:
         self.ledger.failed.setdefault(source, error)
-        self._queued = [s for s in self._queued if s.source != source]
-        self._queued_rows = sum(len(s.chunks) for s in self._queued)
+        self._batcher.drop(source)
 
     # -- flush ----------------------------------------------------------------------
     def _flush(self) -> None:

@@ -81,6 +81,38 @@ class Batch:
         return Columns(ids, vectors, texts, sources, pages, chunks, formats, hashes)
 
 
+class Batcher:
+    """Segments in, batches of exactly `rows` rows out; what is left waits for more, or for `rest()`."""
+
+    def __init__(self, rows: int):
+        self.rows = rows
+        self.queued: list[Segment] = []
+        self.queued_rows = 0
+
+    def add(self, segment: Segment) -> list[Batch]:
+        """Queue `segment`: the batches it fills."""
+        full = []
+        while self.queued_rows + len(segment.chunks) >= self.rows:
+            head, segment = segment.cut(self.rows - self.queued_rows)
+            full.append(Batch(tuple(self.queued + [head])))
+            self.queued, self.queued_rows = [], 0
+        if segment.chunks:
+            self.queued.append(segment)
+            self.queued_rows += len(segment.chunks)
+        return full
+
+    def rest(self) -> Batch | None:
+        """The queued rows as one last batch (None if none), and the queue emptied."""
+        batch = Batch(tuple(self.queued)) if self.queued else None
+        self.queued, self.queued_rows = [], 0
+        return batch
+
+    def drop(self, source: str) -> None:
+        """Forget the queued rows of `source` (its file failed)."""
+        self.queued = [s for s in self.queued if s.source != source]
+        self.queued_rows = sum(len(s.chunks) for s in self.queued)
+
+
 @dataclass(frozen=True)
 class Ack:
     rows: int

@@ -195,19 +195,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=200)
     ap.add_argument("--small", type=int, default=20, help="documents of the start-up run (subtracted)")
+    ap.add_argument("--paragraphs", type=int, default=16, help="paragraphs (chunks) per document")
     ap.add_argument("--backend", default="null")
     ap.add_argument("--stores", default="lite,server", help="lite, server or both")
     ap.add_argument("--writers", type=int, default=2, help="[store] writers for the server")
     ap.add_argument("--code", default="", help="also measure the code of this git revision (same run)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ingest-feed-"))
-    make_docs(work / "docs", args.docs)
-    make_docs(work / "small", args.small)
+    make_docs(work / "docs", args.docs, args.paragraphs)
+    make_docs(work / "small", args.small, args.paragraphs)
     codes: list[tuple[str, Path | None]] = [("this", None)]
     if args.code:
         codes.insert(0, (args.code[:7], package_of(args.code, work / "old")))
     print(f"machine: {os.cpu_count()} cores, {_cpu_name()}; backend {args.backend}; documents {args.docs} "
-          f"(start-up run: {args.small}, subtracted)", flush=True)
+          f"of {args.paragraphs} chunks (start-up run: {args.small}, subtracted)", flush=True)
     results = []
     server = None
     try:

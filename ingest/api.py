@@ -123,6 +123,12 @@ class EncodePool:
         return self._engine.batch_plan
 
     @property
+    def window_size(self) -> int | None:
+        """Texts sorted by length and batched together (512 on a CPU, 4,096 on a GPU); None until the
+        first worker is up. Never blocks."""
+        return self._engine.window_size
+
+    @property
     def startup_seconds(self) -> list[float]:
         """Seconds each worker took from launch to ready (waits for all of them)."""
         return self._engine.startup_seconds

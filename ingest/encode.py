@@ -20,13 +20,14 @@ import numpy as np
 
 from ingest.files import INTERRUPTED, Finished
 from ingest.model_ref import ModelRef
-from ingest.workers.encode import Pretokenized
+from ingest.workers.encode import WINDOW_MAX, WINDOW_MIN, Pretokenized
 from ingest.write import Writer
 
 if TYPE_CHECKING:
     from ingest.api import EncodePool
 
 GROUP_CHUNKS = 256
+WINDOWS_AHEAD = 3       # "auto" [run] max_chunks_in_flight: encode windows' worth of chunks loaded ahead
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,6 +48,7 @@ class EncodeStage:
         self.closed = threading.Event()
         self.stats: dict[str, float] = {}
         self._pool: Future | None = None
+        self._window: int | None = None      # the pool's, once its first worker is up
 
     def start_pool(self) -> None:
         """Start the EncodePool in the background (idempotent)."""
@@ -60,6 +62,22 @@ class EncodeStage:
             except BaseException as exc:
                 self._pool.set_exception(exc)
         threading.Thread(target=make, name="ingest-encoder-start", daemon=True).start()
+
+    def chunks_ahead(self, setting: int | str) -> int:
+        """[run] max_chunks_in_flight: chunks loaded and not yet written. "auto" is WINDOWS_AHEAD encode
+        windows (the CPU's until the pool's first worker is up), so a sorted window waits for the encoder
+        while the next is loaded: with fewer, the window being encoded holds every file in flight and
+        the encoder idles while their successors load."""
+        if setting != "auto":
+            return int(setting)
+        if self._window is None and self._pool is not None and self._pool.done() and not self._pool.exception():
+            self._window = self._pool.result().window_size
+        return WINDOWS_AHEAD * (self._window or WINDOW_MIN)
+
+    @staticmethod
+    def most_chunks_ahead(setting: int | str) -> int:
+        """The largest chunks_ahead(setting) can be."""
+        return int(setting) if setting != "auto" else WINDOWS_AHEAD * WINDOW_MAX
 
     def run(self) -> None:
         """Thread target. Any error reaches the dispatcher through on_error."""

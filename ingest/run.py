@@ -3,9 +3,10 @@
     scan -> sniff -> load (loader pools; chunk in the worker) -> OCR and chunk fan-out -> reorder -> encode -> write
 
 NOTE (flow and shutdown protocol):
-- The main thread scans the folder and dispatches files, at most [run] max_files_in_flight
-  between dispatch and the writer's Accepted (it holds all their rows; it records them at its
-  next flush, then posts Written). Pools return Futures whose done-callbacks post small frozen
+- The main thread scans the folder and dispatches files while fewer than [run]
+  max_files_in_flight are loading and fewer than max_chunks_in_flight chunks (each file counts at
+  least 1) wait between loading and the writer's Accepted (it holds all their rows; it records
+  them at its next flush, then posts Written). Pools return Futures whose done-callbacks post small frozen
   events on one queue that only this thread reads; every get has a timeout, after which it
   checks the encode thread and the writer's flush timer. Per-file load state belongs to
   this thread alone.
@@ -34,6 +35,7 @@ from ingest.collection import open_collection
 from ingest.config import FORMAT_POOLS, loader_options, ocr_options
 from ingest.encode import EncodeStage
 from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
+from ingest.inflight import InFlight
 from ingest.progress import Progress
 from ingest.report import build_report, default_report_path, summary, write_report
 from ingest.scan import scan
@@ -74,7 +76,7 @@ class ChunksDone:
 
 @dataclass(frozen=True)
 class Accepted:
-    """The writer holds all of the file's rows: its place in the window is free."""
+    """The writer holds all of the file's rows: its chunks no longer count as in flight."""
     seq: int
     chunks: int
 
@@ -106,7 +108,9 @@ class Run:
         self.events: queue.Queue[Event] = queue.Queue()
         self.stopping = threading.Event()
         self._pending: dict[int, load.Job | load.Pages] = {}     # dispatched, not yet finished
-        self._reorder: Reorder[Finished] = Reorder(max(1, cfg["run"]["max_files_in_flight"]))
+        self._in_flight = InFlight(cfg["run"]["max_files_in_flight"])
+        self._reorder: Reorder[Finished] = Reorder(InFlight.most_files(
+            cfg["run"]["max_files_in_flight"], EncodeStage.most_chunks_ahead(cfg["run"]["max_chunks_in_flight"])))
         self._total = 0
         self._fatal: StoreError | RunError | None = None     # what stopped the run, if anything did
         self.pools: Pools | None = None
@@ -197,23 +201,25 @@ class Run:
         return {"pools_replaced": self.pools.replaced}
 
     def _loop(self, files: list[tuple[FileRef, Outcome | None]], encode_thread: threading.Thread) -> list[Finished]:
-        window = self.cfg["run"]["max_files_in_flight"]
+        max_chunks = self.cfg["run"]["max_chunks_in_flight"]
+        in_flight = self._in_flight
         todo = iter(files)
         self._total = len(files)
         if not files:
             self.stage.feed.put(None)
         written: list[Finished] = []
-        in_flight, dispatched, exhausted = 0, 0, False
+        dispatched, exhausted = 0, False
         while True:
-            while not exhausted and not self.stopping.is_set() and in_flight < window:
+            while (not exhausted and not self.stopping.is_set()
+                   and in_flight.may_dispatch(self.stage.chunks_ahead(max_chunks))):
                 item = next(todo, None)
                 if item is None:
                     exhausted = True
                     break
-                in_flight += 1
+                in_flight.dispatch()
                 dispatched += 1
                 self._dispatch(*item)
-            if in_flight == 0 and len(written) == dispatched and (exhausted or self.stopping.is_set()):
+            if in_flight.empty and len(written) == dispatched and (exhausted or self.stopping.is_set()):
                 break
             try:
                 event = self.events.get(timeout=0.5)
@@ -228,7 +234,7 @@ class Run:
                     break
                 continue
             if isinstance(event, Accepted):
-                in_flight -= 1
+                in_flight.accepted(event.seq)
                 self.progress.written(event.chunks)
             elif isinstance(event, Written):
                 written.append(event.file)
@@ -287,6 +293,7 @@ class Run:
     def _complete(self, file: Finished) -> None:
         """Hand a finished file to the reorder buffer; feed the encoder every file that is next in order."""
         self._pending.pop(file.ref.seq, None)
+        self._in_flight.loaded(file.ref.seq, file.outcome.chunks)
         for ready in self._reorder.put(file.ref.seq, load.drop_if_skipped(file, self.col.known)):
             self.stage.feed.put(ready)
         if self._reorder.next == self._total:

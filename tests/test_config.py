@@ -18,6 +18,7 @@ def test_config_toml_matches_defaults() -> None:
     ("[model]\nbatchsize = 3\n", "[model.batchsize]"),
     ("[loaders.pdf]\nocr = \"sometimes\"\n", "[loaders.pdf.ocr]"),
     ("[loaders.ocr]\nworkers = 0\n", "[loaders.ocr.workers]"),
+    ("[run]\nmax_chunks_in_flight = 0\n", "[run.max_chunks_in_flight]"),
     ("[chunking]\nchunk_tokens = 10\noverlap_tokens = 20\n", "[chunking.overlap_tokens]"),
 ])
 def test_bad_key_or_value_names_the_key(tmp_path: Path, text: str, key: str) -> None:

@@ -12,6 +12,7 @@ from conftest import cli_env, ingest, run
 
 from ingest.api import EncodePool, Pretokenized
 from ingest.chunk import ChunkSpec, page_chunks
+from ingest.inflight import InFlight
 from ingest.model_ref import resolve_model
 from ingest.workers.encode import BatchPlan, load_tokenizer
 from ingest.workers.encode._tokenize import bucket_by_length
@@ -68,6 +69,42 @@ def test_the_chunkers_ids_give_the_same_vectors_as_the_texts(pool: EncodePool) -
 
 def test_pool_defaults_on_the_cpu(pool: EncodePool) -> None:
     assert pool.batch_plan == BatchPlan(batch_size=64, max_tokens=3072, max_length=256, multiple=1)
+    assert pool.window_size == 512
+
+
+def test_in_flight_counts_files_loading_and_chunks_waiting() -> None:
+    f = InFlight(max_loading=2)
+    f.dispatch(), f.dispatch()
+    assert not f.may_dispatch(max_chunks=100)            # two files loading
+    f.loaded(0, 30)
+    assert f.may_dispatch(max_chunks=100) and not f.may_dispatch(max_chunks=30)
+    f.dispatch()
+    f.loaded(1, 0)                                        # an empty file still counts 1
+    f.loaded(2, 80)
+    assert f.chunks == 111 and not f.may_dispatch(max_chunks=100)
+    f.accepted(2)
+    assert f.chunks == 31 and f.may_dispatch(max_chunks=100)
+    f.accepted(0), f.accepted(1)
+    assert f.empty and f.chunks == 0
+    assert InFlight.most_files(2, 100) >= 2 + 100
+
+
+def test_the_smallest_bounds_still_ingest_every_file(work) -> None:
+    """One file loading at a time, one chunk ahead: a file of many chunks, an empty one and small ones
+    all pass, with the same chunks as under the default bounds."""
+    (work / "docs" / "big.txt").write_text("\n\n".join(texts(60, seed=9)))
+    (work / "docs" / "empty.txt").write_text("")
+    for i in range(8):
+        (work / "docs" / f"d{i}.txt").write_text(texts(1, seed=i)[0])
+    tight = run(work / "docs", work, "--backend", "null",
+                config="[run]\nmax_files_in_flight = 1\nmax_chunks_in_flight = 1\n")
+    assert tight.rc == 0, tight.stderr
+    (work / "store.db").rename(work / "tight.db")
+    default = run(work / "docs", work, "--backend", "null")
+    assert default.rc == 0, default.stderr
+    outcome = {f["path"]: (f["status"], f["chunks"]) for f in default.report["files"]}
+    assert {f["path"]: (f["status"], f["chunks"]) for f in tight.report["files"]} == outcome
+    assert outcome["big.txt"][1] > 10 and outcome["empty.txt"][0] == "skipped"
 
 
 def test_compiled_and_eager_outputs_are_equal_on_the_cpu(pool: EncodePool) -> None:

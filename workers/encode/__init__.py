@@ -68,6 +68,10 @@ __all__ = ["BatchPlan", "EncodeEngine", "EncodeError", "Pretokenized", "WorkerSp
 WINDOW_BATCHES, WINDOW_MIN, WINDOW_MAX = 8, 512, 4096
 
 
+def window_size(plan: BatchPlan) -> int:
+    return min(max(plan.batch_size * WINDOW_BATCHES, WINDOW_MIN), WINDOW_MAX)
+
+
 class EncodeEngine:
     """The encode pool as its callers see it; every method runs in the caller's thread. Starts
     the workers at once; close() (also run at interpreter exit) stops every process."""
@@ -91,8 +95,7 @@ class EncodeEngine:
         dim = self.dim                         # the first worker is ready: the batch plan is known
         c = self._coordinator
         max_windows = 2 + 2 * (c.tokenizer_workers + len(c.workers))
-        window = min(max(c.plan.batch_size * WINDOW_BATCHES, WINDOW_MIN), WINDOW_MAX)
-        run = EncodeRun(groups, window, max_windows, c.wake, on_failed)
+        run = EncodeRun(groups, window_size(c.plan), max_windows, c.wake, on_failed)
         self._coordinator.submit(run)
         yield from run.results(dim, self._check_alive, on_rows)
 
@@ -108,6 +111,13 @@ class EncodeEngine:
         while not all(w.ready for w in self._coordinator.workers):
             self._check_alive()
             time.sleep(0.05)
+
+    @property
+    def window_size(self) -> int | None:
+        """Texts sorted by length and batched together; None until the first worker is up (its
+        device sizes the batches). Never blocks."""
+        plan = self._coordinator.plan
+        return None if plan is None else window_size(plan)
 
     @property
     def startup_seconds(self) -> list[float]:

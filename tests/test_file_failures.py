@@ -45,7 +45,9 @@ def test_dead_loader_pool_is_replaced_and_the_retry_is_proven(work: Path) -> Non
     for i in range(5):
         (docs / f"b{i}.note").write_text(f"Note {i}: moss grows on the north side of trees in this forest.")
     (docs / "c.flaky").write_text("The flaky loader dies on its first attempt and loads on its second.")
-    res = run(docs, work, config=FAULTS + "[run]\nmax_files_in_flight = 2\n")
+    # One chunk in flight: the .note files wait for the encoder, so the txt pool still has work to
+    # submit when the killer strikes (with more, every load can finish first and the break go unseen).
+    res = run(docs, work, config=FAULTS + "[run]\nmax_files_in_flight = 2\nmax_chunks_in_flight = 1\n")
     assert res.rc == 0, res.stderr
     assert {f["status"] for f in res.report["files"]} == {"ingested"}
     assert res.report["totals"]["pools_replaced"] >= 1                   # the idle peer's death broke the pool

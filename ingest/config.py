@@ -25,7 +25,8 @@ DEFAULTS: dict[str, Any] = {
     "chunking": {"chunk_tokens": 200, "overlap_tokens": 30},
     "store": {"uri": "./ingest.db", "collection": "documents", "batch_size": 512, "timeout_s": 60.0,
               "writers": 1},
-    "run": {"max_files_in_flight": 32, "max_chunks_in_flight": "auto", "follow_symlinks": "inside", "report": "", "engine": "local"},
+    "run": {"max_files_in_flight": 32, "max_chunks_in_flight": "auto", "follow_symlinks": "inside", "report": "",
+            "engine": "local"},
     "ray": {"address": "", "cpus": 0, "object_store_mb": 512, "encode_actors": "auto", "encode_gpus": "auto",
             "encode_cpus": 1.0, "writers": 1, "writer_cpus": 0.25,
             "loader_cpus": {"txt": 0.5, "pdf": 1.0, "docx": 0.5, "pptx": 0.5}},
@@ -52,8 +53,9 @@ CHOICES = {
     "run.engine": ("local", "ray"),
 }
 ZERO_OK = ("chunking.overlap_tokens", "limits.worker_memory_mb", "ray.cpus")   # integers where 0 is allowed (0 = off)
-AUTO_INT = ("model.batch_size", "run.max_chunks_in_flight", "model.max_batch_tokens", "model.tokenizer_workers", "ray.encode_actors",
-            *(f"loaders.{p}.workers" for p in ("txt", "pdf", "docx", "pptx")))    # "auto" or a positive integer
+# "auto" or a positive integer
+AUTO_INT = ("model.batch_size", "model.max_batch_tokens", "model.tokenizer_workers", "run.max_chunks_in_flight",
+            "ray.encode_actors", *(f"loaders.{p}.workers" for p in ("txt", "pdf", "docx", "pptx")))
 # "auto" loader workers: these on a CPU-only host (the encode workers need the cores); on a host with an
 # NVIDIA GPU, every core loads and tokenizes (the GPU needs feeding), as do "auto" tokenizer workers.
 CPU_HOST_WORKERS = {"txt": 1, "pdf": 2, "docx": 1, "pptx": 1}

@@ -68,7 +68,8 @@ __all__ = ["BatchPlan", "EncodeEngine", "EncodeError", "Pretokenized", "WorkerSp
 WINDOW_BATCHES, WINDOW_MIN, WINDOW_MAX = 8, 512, 4096
 
 
-def window_size(plan: BatchPlan) -> int:
+def _window_for(plan: BatchPlan) -> int:
+    """Texts sorted by length and batched together: WINDOW_BATCHES batches, within the bounds."""
     return min(max(plan.batch_size * WINDOW_BATCHES, WINDOW_MIN), WINDOW_MAX)
 
 
@@ -95,7 +96,7 @@ class EncodeEngine:
         dim = self.dim                         # the first worker is ready: the batch plan is known
         c = self._coordinator
         max_windows = 2 + 2 * (c.tokenizer_workers + len(c.workers))
-        run = EncodeRun(groups, window_size(c.plan), max_windows, c.wake, on_failed)
+        run = EncodeRun(groups, _window_for(c.plan), max_windows, c.wake, on_failed)
         self._coordinator.submit(run)
         yield from run.results(dim, self._check_alive, on_rows)
 
@@ -117,7 +118,7 @@ class EncodeEngine:
         """Texts sorted by length and batched together; None until the first worker is up (its
         device sizes the batches). Never blocks."""
         plan = self._coordinator.plan
-        return None if plan is None else window_size(plan)
+        return None if plan is None else _window_for(plan)
 
     @property
     def startup_seconds(self) -> list[float]:

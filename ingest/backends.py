@@ -13,7 +13,8 @@ Exports live in the user cache (INGEST_CACHE_DIR, else $XDG_CACHE_HOME/ingest, e
 ~/.cache/ingest) under onnx/<key>, the key a hash of the model directory's files (names,
 sizes, modification times), of the CPU (model and flags: the int8 recipe, OpenVINO's
 precision and the measured speeds belong to it) and of the export's version. The export runs once, in a process of
-its own (python -m ingest.onnx_export), under a file lock, so the caller never imports torch.
+its own (python -m ingest.onnx_export), under a file lock, so the caller never imports torch; it
+ends with the run that started it, even a SIGKILLed one (watch_parent), so no orphan holds the lock.
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def ensure_export(model: ModelRef) -> dict:
         if record is not None:
             return record
         print(f"ingest: exporting {model.name} to ONNX (once; cached in {out})", file=sys.stderr)
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", INGEST_PARENT_PID=str(os.getpid()))
         try:
             proc = subprocess.run([sys.executable, "-m", "ingest.onnx_export", model.path, str(out)],
                                   capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, env=env)

@@ -2,14 +2,17 @@
 
 Exit codes of `ingest run`: 0 every supported file was ingested (or unchanged; unsupported
 files are skipped), 1 at least one file failed, 2 the run could not start or stopped on an
-error (bad config, store in use, model mismatch), 130 interrupted by Ctrl-C.
+error (bad config, store in use, model mismatch), 128 + the signal when stopped by one: 130 Ctrl-C
+(SIGINT), 143 SIGTERM (systemctl stop, docker stop, Kubernetes); the report says which.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +48,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _config_path(args: argparse.Namespace) -> str | None:
+    return args.config or ("config.toml" if Path("config.toml").is_file() else None)
+
+
 def _config(args: argparse.Namespace) -> dict[str, Any]:
     from ingest.config import load_config
 
-    path = args.config or ("config.toml" if Path("config.toml").is_file() else None)
+    path = _config_path(args)
     overrides = {"store.uri": args.store, "store.collection": args.collection, "model.name": args.model,
                  "model.backend": getattr(args, "backend", None), "run.engine": getattr(args, "engine", None)}
     if getattr(args, "devices", None):
@@ -57,19 +64,56 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ingest.config import ConfigError
     from ingest.run import Run
 
-    if not args.folder.is_dir():
-        raise _UserError(f"folder {args.folder} not found; pass an existing folder to ingest")
-    cfg = _config(args)
-    engine = Run
-    if cfg["run"]["engine"] == "ray":
-        try:
-            from ingest.ray_run import RayRun as engine
-        except ImportError as exc:
-            raise _UserError(f"the Ray engine needs Ray ({exc}); install it with pip install -e '.[ray]'") from None
+    cfg = None
+    try:
+        if not args.folder.is_dir():
+            raise _UserError(f"folder {args.folder} not found; pass an existing folder to ingest")
+        cfg = _config(args)
+        engine = Run
+        if cfg["run"]["engine"] == "ray":
+            try:
+                from ingest.ray_run import RayRun as engine
+            except ImportError as exc:
+                raise _UserError(f"the Ray engine needs Ray ({exc}); install it with pip install -e '.[ray]'") from None
+    except (ConfigError, _UserError) as exc:
+        unwritten = _report_unstarted(args, cfg, str(exc))
+        if unwritten:
+            raise _UserError(f"{exc}{unwritten}") from None
+        raise
     return engine(cfg, args.folder, quiet=args.quiet, prune=args.prune, reembed=args.reembed,
                   report_path=args.report).execute()
+
+
+def _report_unstarted(args: argparse.Namespace, cfg: dict[str, Any] | None, error: str) -> str:
+    """The report of a run stopped before the engine began (no folder, bad config): at --report, else
+    beside the store if its URI is known (the config, --store, or the [store] uri of a config file that
+    is still TOML); else none. "" or why it was not written (report.write_unstarted)."""
+    from ingest.report import default_report_path, write_unstarted
+
+    uri = cfg["store"]["uri"] if cfg else args.store or _configured_uri(args)
+    path = args.report or (default_report_path(uri) if uri else None)
+    if path is None:
+        return ""
+    return write_unstarted(path, error, EXIT_ERROR, 0.0, {
+        "store": uri, "collection": cfg["store"]["collection"] if cfg else args.collection,
+        "model": cfg["model"]["name"] if cfg else args.model, "backend": None})
+
+
+def _configured_uri(args: argparse.Namespace) -> str | None:
+    """The store URI a config that failed to load names: its [store] uri, or the default; None if the
+    file cannot be read as TOML."""
+    from ingest.config import DEFAULTS, tomllib
+
+    path, default = _config_path(args), DEFAULTS["store"]["uri"]
+    try:
+        store = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("store") if path else None
+    except (OSError, ValueError):
+        return None
+    uri = store.get("uri", default) if isinstance(store, dict) else default
+    return uri if isinstance(uri, str) else None
 
 
 def _search(args: argparse.Namespace) -> int:
@@ -94,7 +138,41 @@ class _UserError(Exception):
     pass
 
 
-def main(argv: list[str] | None = None) -> int:
+_decided: int | None = None     # the command's exit code once it has one (a run's report is written)
+
+
+def _stop(signum: int, frame: object) -> None:
+    """SIGINT or SIGTERM outside a run's own handling. Before the run: exit 130 or 143. After the command
+    decided its exit code (the interpreter is closing threads and children): exit with that code at once,
+    so the exit status stays what the report says."""
+    if _decided is not None:
+        os._exit(_decided)
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None, *, entry: bool = False) -> int:
+    """The command; `entry`: this is the process's entry point, whose signal handlers stay until it exits."""
+    global _decided
+    in_main = threading.current_thread() is threading.main_thread()
+    old = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _decided = code
+        return code
+    finally:
+        if not entry:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+
+
+def entry() -> None:
+    """The `ingest` command (console script and python -m ingest.cli)."""
+    sys.exit(main(entry=True))
+
+
+def _main(argv: list[str] | None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # No gRPC fork handlers: with a store connection open, they made children of a fork (the processes
@@ -117,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ingest: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        return 130
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

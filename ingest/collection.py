@@ -37,9 +37,11 @@ class Collection:
         if self.lease is not None:
             self.lease.check()
 
-    def prune(self, present: Iterable[str]) -> list[str]:
-        """Delete the rows and entries of every recorded source not in `present` (store first)."""
-        gone = self.gone(present)
+    def prune(self, present: Iterable[str], unlisted: Iterable[str] = ()) -> list[str]:
+        """Delete the rows and entries of every recorded source that `gone` names (store first)."""
+        gone = self.gone(present, unlisted)
+        if gone:
+            self.manifest.fence()
         for source in gone:
             self.store.delete_source(source)
         if gone:
@@ -47,10 +49,12 @@ class Collection:
             self.manifest.remove(gone)
         return gone
 
-    def gone(self, present: Iterable[str]) -> list[str]:
-        """Recorded sources that are not in `present`."""
+    def gone(self, present: Iterable[str], unlisted: Iterable[str] = ()) -> list[str]:
+        """Recorded sources that are not in `present` and not under a folder of `unlisted` (folders the
+        scan could not list: what they hold is unknown, so nothing under them is gone; "." is the root)."""
         present = set(present)
-        return [s for s in self.known if s not in present]
+        prefixes = tuple("" if d == "." else d + "/" for d in unlisted)
+        return [s for s in self.known if s not in present and not s.startswith(prefixes)]
 
     def close(self, release: bool = True) -> None:
         """Close the manifest, give the lease or lock back, close the store. release=False leaves a
@@ -112,6 +116,7 @@ def _reset_or_match(store: Store, manifest: Manifest, model: str, settings: str,
     """Drop the rows and clear the manifest when `reembed`, or when the store has no collection (then
     the manifest describes no rows); else refuse a collection of another model or other settings."""
     if reembed or not store.exists():
+        manifest.fence()
         store.drop()
         manifest.clear()
         return

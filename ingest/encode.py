@@ -6,12 +6,18 @@ writer; the rest go through the encode pool with the token ids the chunker alrea
 are written in file order, then chunk order. The pool is started in the background when the
 first file is sent to a loader, so its start-up overlaps loading, and never on a rerun that
 has nothing to encode. A big file is encoded in parts of GROUP_CHUNKS, so memory stays flat.
+
+NOTE (stopping): a file with chunks waits in `_groups` until the pool's first worker is up, and
+that wait ends when the run stops: the file, and every file after it, then passes to the writer
+as failed "interrupted", so a Ctrl-C while the model is still loading ends the run at once
+instead of after the load. Files the pool already took are encoded and written. close() never
+waits for a pool still being made: it is closed as soon as it exists.
 """
 from __future__ import annotations
 
 import queue
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -47,20 +53,29 @@ class EncodeStage:
         self.feed: queue.Queue[Finished | None] = queue.Queue()
         self.closed = threading.Event()
         self.stats: dict[str, float] = {}
-        self._pool: Future | None = None
+        self._pool: Future | None = None     # the EncodePool, once made
+        self._up: Future | None = None       # done once its first worker is up (or it cannot start)
         self._window: int | None = None      # the pool's, once its first worker is up
 
     def start_pool(self) -> None:
         """Start the EncodePool in the background (idempotent)."""
         if self._pool is not None:
             return
-        self._pool = Future()
+        self._pool, self._up = Future(), Future()
 
         def make() -> None:
             try:
-                self._pool.set_result(make_pool(self.model, self.settings))
+                pool = make_pool(self.model, self.settings)
             except BaseException as exc:
                 self._pool.set_exception(exc)
+                self._up.set_exception(exc)
+                return
+            self._pool.set_result(pool)
+            try:
+                pool.dim                    # waits for the first worker; raises if it cannot start
+                self._up.set_result(True)
+            except BaseException as exc:
+                self._up.set_exception(exc)
         threading.Thread(target=make, name="ingest-encoder-start", daemon=True).start()
 
     def chunks_ahead(self, setting: int | str) -> int:
@@ -104,11 +119,19 @@ class EncodeStage:
 
     def close(self) -> None:
         self.closed.set()
-        if self._pool is not None:
+        if self._pool is not None:              # now if made, else as soon as it is
+            self._pool.add_done_callback(lambda made: made.exception() or made.result().close())
+
+    def _wait_up(self) -> bool:
+        """Wait until the pool's first worker is up: True; False if the run stops or closes first. A pool
+        that cannot start raises its error."""
+        self.start_pool()
+        while not (self.stopping.is_set() or self.closed.is_set()):
             try:
-                self._pool.result().close()
-            except BaseException:
+                return self._up.result(timeout=0.25)
+            except FutureTimeout:
                 pass
+        return False
 
     def _groups(self) -> Iterator[tuple[Part, Pretokenized | list]]:
         """(Part, its texts with their ids) for each part of each file, in file order; the get times out to
@@ -120,7 +143,8 @@ class EncodeStage:
                 continue
             if file is None:
                 return
-            if self.stopping.is_set() and file.outcome.status == "ingested":
+            if file.outcome.status == "ingested" and (self.stopping.is_set()
+                                                       or (file.outcome.chunks and not self._wait_up())):
                 file = replace(file, outcome=replace(file.outcome, status="failed", error=INTERRUPTED),
                                pages=(), record=False)
             for start, chunks, tokens, last in file_parts(file):

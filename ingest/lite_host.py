@@ -1,42 +1,60 @@
-"""Milvus Lite in a process of its own: the run's .db served on 127.0.0.1, off the supervisor's GIL.
+"""Milvus Lite in a process of its own: the run's .db served on a private Unix socket, off the supervisor's GIL.
 
 Milvus Lite 3 runs its gRPC server as Python threads inside whichever process opens the .db.
 Opened by the supervisor, the server side of every upsert (decoding, WAL, memtable) would share
 the GIL with the dispatcher and the encode thread; the host process takes it away. `ingest search`
-still opens Lite in its own process (one short call, no host).
+still opens Lite in its own process (one short call, no host), through a `LiteServer` of its own.
+
+NOTE (who can connect): Milvus Lite has no users or passwords, so the server listens on nothing but
+a Unix socket, `milvus.sock`, in a directory made for it by mkdtemp (mode 0700, owned by the run's
+user, named ingest-lite-<pid>-*): only processes of that user (the run, its writer processes, the
+Ray engine's writer actors on this machine) can reach it; no TCP port is opened. The directory goes
+when the server stops; one left by a host killed together with its run (SIGKILL to both) is removed
+by the next `LiteServer` of that user, once its pid is gone and its socket answers nobody.
 
 NOTE (host protocol):
 - `Store.serve()` starts the host in the run, after `Store.lock()` took the flock, so a second
-  run fails on the flock before it starts a host. The host (spawn, no __main__ re-import) ignores
-  SIGINT (the run decides when it stops: after Ctrl-C it still writes what is encoded), runs
+  run fails on the flock before it starts a host. The host (spawn, no __main__ re-import) is
+  shielded from a group-wide SIGINT/SIGTERM (the run decides when it stops: after Ctrl-C or
+  `systemctl stop` it still writes what is encoded; workers/spawn.py NOTE), runs
   watch_parent, opens the .db (MilvusLite takes the data dir's own LOCK; a LOCK still held is
-  retried for LOCK_WAIT_S: the host of a SIGKILLed run lives up to half a second more), binds
-  127.0.0.1:0 and sends Ready(port) or Failed(error) on its pipe. The parent waits for that at
-  most START_S, checking that the host lives; a failure is one line (RuntimeError).
-- The run's own client and its writer processes connect to `address`.
+  retried for LOCK_WAIT_S: the host of a SIGKILLed run lives up to half a second more), listens
+  on its private socket (above) and sends Ready(address, directory) or Failed(error) on its pipe.
+  The parent waits for that at most START_S, checking that the host lives; a failure is one line
+  (RuntimeError).
+- The run's own client and its writer processes connect to `address` (unix:/.../milvus.sock).
 - `stop()`: the parent sends None; the host stops the server (grace 2 s), closes the .db (which
-  releases its LOCK) and exits; the parent joins it for STOP_S, then SIGKILLs it. The store's
-  flock is given back only after that (`Store.close`).
+  releases its LOCK), removes its directory and exits; the parent joins it for STOP_S, then
+  SIGKILLs it and removes the directory itself. The store's flock is given back only after that
+  (`Store.close`).
 - The parent dies (SIGKILL included): the pipe reads EOF (or watch_parent fires) and the host
-  exits at once, without closing: what the run flushed is durable, and the rerun redoes the rest.
+  removes its directory and exits at once, without closing: what the run flushed is durable, and
+  the rerun redoes the rest.
 """
 from __future__ import annotations
 
 import os
-import signal
+import shutil
+import socket
+import stat
+import tempfile
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 from ingest.workers.failure import Failure
-from ingest.workers.spawn import SPAWN, watch_parent
+from ingest.workers.spawn import SHIELDED, watch_parent
 
 START_S, STOP_S, LOCK_WAIT_S = 60.0, 10.0, 5.0
+PREFIX, SOCKET = "ingest-lite-", "milvus.sock"
+SUN_PATH_MAX = 107                # bytes in a Unix socket's path (Linux; macOS allows 103)
 
 
 @dataclass(frozen=True)
 class Ready:
-    port: int
+    address: str                  # unix:/<directory>/milvus.sock
+    directory: str
 
 
 @dataclass(frozen=True)
@@ -44,23 +62,49 @@ class Failed:
     error: str
 
 
+class LiteServer:
+    """Milvus Lite serving `data_dir` from this process's threads, on a Unix socket in a private
+    directory (see the NOTE); `address` is what a MilvusClient connects to."""
+
+    def __init__(self, data_dir: str):
+        _sweep()
+        self.directory = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")      # mode 0700
+        self.address = f"unix:{self.directory}/{SOCKET}"
+        try:
+            if len(os.fsencode(self.address)) - len("unix:") > SUN_PATH_MAX:
+                raise RuntimeError(f"the socket path {self.address[5:]} is too long; set TMPDIR to a shorter folder")
+            self.server, self.db = _open(data_dir, self.address)
+        except BaseException:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            raise
+
+    def close(self) -> None:
+        """Stop the server (grace 2 s), close the .db (its LOCK goes) and remove the directory."""
+        try:
+            self.server.stop(grace=2).wait(STOP_S)
+            self.db.close()
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
 class LiteHost:
     """The host process serving `data_dir`; started by the constructor, which returns once it listens."""
 
     def __init__(self, data_dir: str):
-        ours, theirs = SPAWN.Pipe()
+        ours, theirs = SHIELDED.Pipe()
         self._conn = ours
-        self.process = SPAWN.Process(target=_serve, args=(data_dir, theirs), name="ingest-lite-host", daemon=True)
+        self._directory: str | None = None
+        self.process = SHIELDED.Process(target=_serve, args=(data_dir, theirs), name="ingest-lite-host", daemon=True)
         self.process.start()
         theirs.close()
         try:
-            self.port = self._wait_ready()
+            ready = self._wait_ready()
         except BaseException:
             self.stop()
             raise
-        self.address = f"http://127.0.0.1:{self.port}"
+        self._directory, self.address = ready.directory, ready.address
 
-    def _wait_ready(self) -> int:
+    def _wait_ready(self) -> Ready:
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline and self.process.is_alive():
             if self._conn.poll(0.2):
@@ -70,7 +114,7 @@ class LiteHost:
                     break
                 if isinstance(message, Failed):
                     raise RuntimeError(message.error)
-                return message.port
+                return message
         if self.process.is_alive():
             raise RuntimeError(f"its Milvus Lite host process did not start within {START_S:g} s")
         raise RuntimeError(f"its Milvus Lite host process ended at start ({self.describe_exit()})")
@@ -82,7 +126,7 @@ class LiteHost:
         return Failure.describe_exit(self.process.exitcode).replace("worker", "host")
 
     def stop(self) -> None:
-        """Stop the server and close the .db (graceful, STOP_S at most, then SIGKILL)."""
+        """Stop the server and close the .db (graceful, STOP_S at most, then SIGKILL); remove the socket's directory."""
         try:
             self._conn.send(None)
         except (BrokenPipeError, OSError):
@@ -92,42 +136,83 @@ class LiteHost:
             self.process.kill()
             self.process.join(STOP_S)
         self._conn.close()
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
 
 
 def _serve(data_dir: str, conn: Connection) -> None:
     """The host process: serve `data_dir` until told to stop or the parent is gone."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     watch_parent("lite")                 # shown as ingest-lite in ps
     try:
-        server, db, port = _open(data_dir)
+        lite = LiteServer(data_dir)
     except Exception as exc:
         conn.send(Failed(" ".join(f"{type(exc).__name__}: {exc}".split())[:300]))
         return
-    conn.send(Ready(port))
+    conn.send(Ready(lite.address, lite.directory))
     try:
         conn.recv()
     except EOFError:                    # the parent is gone: exit now (see NOTE)
+        shutil.rmtree(lite.directory, ignore_errors=True)
         os._exit(0)
-    server.stop(grace=2).wait(STOP_S)
-    db.close()
+    lite.close()
 
 
-def _open(data_dir: str):
-    """(server, db, port) serving `data_dir` on 127.0.0.1; waits LOCK_WAIT_S for a LOCK still held."""
-    from milvus_lite.adapter.grpc.server import start_server_in_thread
+def _open(data_dir: str, address: str):
+    """(server, db) serving `data_dir` on `address`; waits LOCK_WAIT_S for a LOCK still held."""
+    from milvus_lite.adapter.grpc.server import _build_server       # start_server_in_thread binds TCP only
+    from milvus_lite.db import MilvusLite
     from milvus_lite.exceptions import DataDirLockedError
 
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
         try:
-            server, db, port = start_server_in_thread(data_dir=data_dir, host="127.0.0.1", port=0)
+            db = MilvusLite(data_dir)
             break
         except DataDirLockedError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
-    if not port:
+    server = _build_server(db, max_workers=10)
+    try:
+        if not server.add_insecure_port(address):
+            raise RuntimeError(f"could not listen on {address}")
+        server.start()
+    except BaseException:
         server.stop(grace=0)
         db.close()
-        raise RuntimeError("could not listen on 127.0.0.1")
-    return server, db, port
+        raise
+    return server, db
+
+
+def _sweep() -> None:
+    """Remove this user's socket directories whose process is gone and whose socket answers nobody."""
+    base = Path(tempfile.gettempdir())
+    for d in base.glob(f"{PREFIX}*-*"):
+        try:
+            pid = int(d.name[len(PREFIX):].split("-", 1)[0])
+            info = d.lstat()
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or _alive(pid) or _answers(d / SOCKET):
+                continue
+        except (ValueError, OSError):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _answers(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(1.0)
+        try:
+            s.connect(str(path))
+            return True
+        except OSError:
+            return False

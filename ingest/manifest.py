@@ -49,6 +49,10 @@ class Manifest(Protocol):
     def clear(self) -> None: ...
     def close(self) -> None: ...
 
+    def fence(self) -> None:
+        """Raise LeaseLost (a StoreError) unless this run still owns the collection, checked now: call it
+        before deleting rows or writing entries."""
+
 
 def manifest_path(uri: str, collection: str) -> Path:
     """The SQLite manifest of a Milvus Lite store file: next to it."""
@@ -68,6 +72,9 @@ class SqliteManifest:
 
     def close(self) -> None:
         self._db.close()
+
+    def fence(self) -> None:
+        """Nothing to check: the run holds the store's flock until it ends."""
 
     def get_meta(self, key: str) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()

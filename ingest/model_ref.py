@@ -5,6 +5,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 DEFAULT_MODEL = "default"
 
@@ -25,15 +26,49 @@ class ModelRef:
 
     @property
     def dim(self) -> int:
-        """The embedding dimension as the model's files declare it (pooling config, else hidden size); 0 if
-        neither says (the null backend needs it without loading the model)."""
-        for cfg_name, key in (("1_Pooling/config.json", "word_embedding_dimension"), ("config.json", "hidden_size")):
-            f = Path(self.path) / cfg_name
-            if f.is_file():
-                value = json.loads(f.read_text()).get(key)
-                if isinstance(value, int) and value > 0:
-                    return value
-        return 0
+        """The dimension of the model's sentence embeddings, as SentenceTransformer's
+        get_sentence_embedding_dimension() gives it, read from the model's files (no torch): the last
+        module in modules.json that declares one (Dense: out_features; Pooling: the token dimension times
+        its pooling modes; Transformer: hidden size), else config.json's hidden size; 0 if none says
+        (the null backend needs it without loading the model)."""
+        root = Path(self.path)
+        for module in reversed(_json(root / "modules.json", [])):
+            if not isinstance(module, dict):
+                continue
+            dim_of = _MODULE_DIM.get(str(module.get("type", "")).rsplit(".", 1)[-1])
+            value = dim_of(_json(root / str(module.get("path", "")) / "config.json", {})) if dim_of else None
+            if isinstance(value, int) and value > 0:
+                return value
+        value = _json(root / "config.json", {}).get("hidden_size")
+        return value if isinstance(value, int) and value > 0 else 0
+
+
+def _json(path: Path, default: Any) -> Any:
+    """The JSON file at `path` if it holds a value of `default`'s type, else `default`."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return default
+    return value if isinstance(value, type(default)) else default
+
+
+_POOLING_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
+
+
+def _pooled_dim(cfg: dict) -> int | None:
+    """A Pooling module's output: its token dimension once per pooling mode (mean when none is named)."""
+    width = cfg.get("embedding_dimension", cfg.get("word_embedding_dimension"))
+    modes = cfg.get("pooling_mode")
+    if modes is None:
+        count = sum(bool(cfg.get(f"pooling_mode_{m}")) for m in _POOLING_MODES)
+    else:
+        count = 1 if isinstance(modes, str) else len(modes)
+    return width * max(count, 1) if isinstance(width, int) else None
+
+
+_MODULE_DIM: dict[str, Callable[[dict], Any]] = {     # a module's type (last part) -> its output dimension
+    "Dense": lambda cfg: cfg.get("out_features"), "Pooling": _pooled_dim,
+    "Transformer": lambda cfg: cfg.get("hidden_size")}
 
 
 def resolve_model(name: str = DEFAULT_MODEL) -> ModelRef:

@@ -172,6 +172,10 @@ def _openvino(fp32: Path, ref, texts: list[str], reference) -> dict:
 
 
 if __name__ == "__main__":
+    from ingest.workers.spawn import watch_parent
+
+    # A killed run must not leave its export running, holding the cache lock (the run's pid: ensure_export).
+    watch_parent("export", parent_pid=int(os.environ.get("INGEST_PARENT_PID") or os.getppid()))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         from transformers.utils import logging as hf_logging

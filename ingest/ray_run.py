@@ -16,8 +16,9 @@ store flushed first, then stale rows deleted, then the manifest written, exactly
 writer does. A driver SIGKILLed at any point leaves files either recorded with all their rows
 durable, or unrecorded (the rerun redoes them; ids are deterministic, upserts idempotent).
 Ctrl-C stops the dataset; files already acknowledged are recorded, the rest fail
-"interrupted" (and lose the rows some of their parts stored). An error in the dataset (an encode pool that cannot start) stops the run with
-one line (RunError); a store that does not answer stops it with a StoreError.
+"interrupted" (and lose the rows some of their parts stored, never their last good copy). An
+error in the dataset (an encode pool that cannot start) stops the run with one line (RunError);
+a store that does not answer stops it with a StoreError.
 
 NOTE (faults): per-file timeouts and crash isolation are the loader pools' own, inside each
 load task (Ray has no task timeout). Ray restarts a dead encode or writer actor and retries
@@ -129,12 +130,14 @@ class RayRun(Run):
         if self.stopping.is_set() or self._fatal is not None:
             self._shutdown_ray()                 # stops the dataset; the consumer ends with it
         consumer.join(timeout=10)
-        if self.stopping.is_set():                # a file with some rows stored loses them (the rerun redoes it)
+        if self.stopping.is_set():                # a file with some rows stored loses them, not its last good copy
             for seq, ref in self._refs.items():
                 if seq not in self._done:
                     if ref.source in self.ledger.touched:
                         self.ledger.failed.setdefault(ref.source, INTERRUPTED)
-                    self._file_done(Finished(ref, Outcome("failed", INTERRUPTED)))
+                    entry = self.col.known.get(ref.source)
+                    self._file_done(Finished(ref, Outcome("failed", INTERRUPTED),
+                                             old_hash=entry.file_hash if entry else None))
         return written
 
     def _acknowledged(self, ack: PartAck) -> int:

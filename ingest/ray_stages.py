@@ -51,7 +51,8 @@ class Part:
 
 @dataclass(frozen=True)
 class PartAck:
-    """The writer's answer for one part: rows stored, or the error that fails the file."""
+    """The writer's answer for one part: its rows the store acknowledged (also when its file fails: the
+    driver then removes them), and the error that fails the file, if any."""
     file: Finished
     index: int
     count: int
@@ -164,14 +165,15 @@ class WriteParts:
         parts = unpacked(batch)
         self.store = self.store or Store.at(self.endpoint)
         errors: dict[str, tuple[str, bool]] = {}            # source -> (error, unreachable)
+        stored: dict[str, set[int]] = {}                    # source -> chunks in acknowledged batches
         for rows in self._batches([p for p in parts if p.vectors is not None]):
-            for retry in self._answered(rows, errors):
-                self._answered(retry, errors)
+            for retry in self._answered(rows, errors, stored):
+                self._answered(retry, errors, stored)
         acks = []
         for p in parts:
             error, unreachable = errors.get(p.file.ref.source, (p.error, False))
-            stored = len(p.chunks) if p.vectors is not None and error is None else 0
-            acks.append(PartAck(p.file, p.index, p.count, stored, error, unreachable, p.encoder))
+            mine = stored.get(p.file.ref.source, set()).intersection(range(p.start, p.start + len(p.chunks)))
+            acks.append(PartAck(p.file, p.index, p.count, len(mine), error, unreachable, p.encoder))
         return {"ack": [dumps(tuple(acks))]}
 
     def _batches(self, parts: list[Part]) -> list[Batch]:
@@ -182,10 +184,14 @@ class WriteParts:
         rest = batcher.rest()
         return batches + ([rest] if rest is not None else [])
 
-    def _answered(self, batch: Batch, errors: dict[str, tuple[str, bool]]) -> list[Batch]:
-        """Upsert `batch`; note its files' errors; the per-file batches to retry after a refusal."""
+    def _answered(self, batch: Batch, errors: dict[str, tuple[str, bool]],
+                  stored: dict[str, set[int]]) -> list[Batch]:
+        """Upsert `batch`; note the chunks stored and its files' errors; the per-file batches to retry after a
+        refusal."""
         answer: Ack | Refused | Unreachable = upsert(self.store, batch)
         if isinstance(answer, Ack):
+            for s in batch.segments:
+                stored.setdefault(s.source, set()).update(range(s.start, s.start + len(s.chunks)))
             return []
         if isinstance(answer, Refused) and len(batch.sources) > 1:
             return batch.by_source()

@@ -40,6 +40,19 @@ def build_report(files: list[Finished], seconds: float, stages: dict[str, float]
     }
 
 
+def write_unstarted(path: Path, stopped_by: str, exit_code: int, seconds: float, extra: dict[str, Any]) -> str:
+    """Write the report of a run that stopped before its scan: no files, what stopped it (one line), the
+    exit code, not_started None (the folder was not read). "" once written, else why not, to append to
+    the error's one line (the run is failing already: this must not hide why)."""
+    report = build_report([], seconds, {}, {"not_started": None, "pruned": 0, "interrupted": False, "signal": None,
+                                            "stopped_by": stopped_by, "exit_code": exit_code, **extra})
+    try:
+        write_report(report, path)
+    except OSError as exc:
+        return f"; no report written to {path} ({exc.strerror or exc})"
+    return ""
+
+
 def write_report(report: dict, path: Path) -> None:
     """Atomically: write a temp file, then os.replace."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,15 +14,22 @@ NOTE (flow and shutdown protocol):
   file order; the encode pool returns groups in input order, so the writer stores rows in
   file order, then chunk order, and posts Written. Files that fail, skip or are unchanged
   travel the same path with no chunks, so the report and manifest see files in order too.
-- First Ctrl-C (or SIGTERM): stop intake, kill loader workers, mark files not yet finished
-  as failed "interrupted", let the writer store what the encoder already has, write the
-  report, exit 130. A second Ctrl-C exits at once (workers follow via their watchdogs).
+- Stop signals (SIGINT: Ctrl-C; SIGTERM: systemctl/docker/kubernetes stop; to the supervisor
+  alone or to the whole group, whose other processes leave stopping to us: workers/spawn.py)
+  are handled from the first line of `execute`. While the run starts (config checks, model,
+  collection, ONNX export, scan) the handler raises Interrupted, which ends whatever step is
+  running; the report says so. Once ingesting, the first signal stops intake, kills loader
+  workers, marks files not yet finished as failed "interrupted", lets the writer store what the
+  encoder already has (files still waiting for an encoder that is not up yet are not waited
+  for: ingest/encode.py), writes the report and exits 128 + the signal (130, 143); the report
+  names the signal. A second signal, or STOP_GRACE_S after the first, quits at once with
+  that code (no report; workers follow via their watchdogs; the rerun redoes what was not
+  recorded). The handler is ingest/stop.py's; events go on a SimpleQueue, which it may put to.
 """
 from __future__ import annotations
 
 import os
 import queue
-import signal
 import sys
 import threading
 import time
@@ -32,13 +39,16 @@ from typing import Any, Union
 
 from ingest import load, ocr
 from ingest.collection import open_collection
-from ingest.config import FORMAT_POOLS, loader_options, ocr_options
+from ingest.backends import BackendError
+from ingest.config import FORMAT_POOLS, ConfigError, loader_options, ocr_options
 from ingest.encode import EncodeStage
 from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
 from ingest.inflight import InFlight
+from ingest.model_ref import ModelNotFound
 from ingest.progress import Progress
-from ingest.report import build_report, default_report_path, summary, write_report
-from ingest.scan import scan
+from ingest.report import build_report, default_report_path, summary, write_report, write_unstarted
+from ingest.scan import scan, unlisted
+from ingest.stop import Interrupted, StopSignals
 from ingest.store import StoreError
 from ingest.workers.failure import Failure
 from ingest.workers.pool import Pools
@@ -50,7 +60,8 @@ class RunError(RuntimeError):
     """The run cannot go on (encoder failed); the message is one line."""
 
 
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2      # EXIT_ERROR: the run could not start or an error stopped it
+START_ERRORS = (ConfigError, StoreError, ModelNotFound, BackendError, OSError)    # what can keep a run from starting
 
 
 # -- events on the dispatcher's queue ------------------------------------------------------
@@ -105,8 +116,10 @@ class Run:
         self.cfg, self.root = cfg, root.resolve()
         self.quiet, self.prune, self.reembed = quiet, prune, reembed
         self.report_path = report_path or default_report_path(cfg["store"]["uri"])
-        self.events: queue.Queue[Event] = queue.Queue()
+        self.events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self.stopping = threading.Event()
+        self.signals = StopSignals(self.stopping, lambda: self.events.put(Stop()))
+        self.col = None
         self._pending: dict[int, load.Job | load.Pages] = {}     # dispatched, not yet finished
         self._in_flight = InFlight(cfg["run"]["max_files_in_flight"])
         self._reorder: Reorder[Finished] = Reorder(InFlight.most_files(
@@ -118,13 +131,27 @@ class Run:
         self.writer: Writer | None = None
 
     def execute(self) -> int:
-        """Ingest the folder: the exit code (EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED); a StoreError or
+        """Ingest the folder: the exit code (EXIT_OK, EXIT_FAILED, or 128 + the stop signal); a StoreError or
         RunError that stopped the run is raised after the report is written."""
         started = time.perf_counter()
+        with self.signals:
+            try:
+                return self._execute(started)
+            except Interrupted:
+                return self._stopped_at_start(started)
+
+    def _execute(self, started: float) -> int:
         cfg = self.cfg
-        self.check()
-        load.import_plugins(tuple(cfg["loaders"]["plugins"]))
-        self.col = col = open_collection(cfg, self.reembed)
+        try:
+            self.check()
+            load.import_plugins(tuple(cfg["loaders"]["plugins"]))
+            self.col = col = open_collection(cfg, self.reembed)
+        except START_ERRORS as exc:             # the report says why, then the one line (exit 2)
+            error = f"the run cannot start: {exc}" if isinstance(exc, OSError) else str(exc)
+            unwritten = self._report_unstarted(started, error, EXIT_ERROR)
+            if isinstance(exc, OSError) or unwritten:
+                raise RunError(error + unwritten) from None
+            raise
         self.loader_options, self.ocr_options = loader_options(cfg), ocr_options(cfg)
         if cfg["limits"]["worker_memory_mb"]:
             # glibc reserves 64 MB of address space per malloc arena, up to 8 per core, and RLIMIT_AS
@@ -132,17 +159,10 @@ class Run:
             os.environ.setdefault("MALLOC_ARENA_MAX", "4")
         files = list(scan(self.root, cfg["run"]["follow_symlinks"]))
         self.progress = Progress(len(files), self.quiet)
-        old_int, old_term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-        in_main = threading.current_thread() is threading.main_thread()
-        if in_main:
-            signal.signal(signal.SIGINT, self._on_signal)
-            signal.signal(signal.SIGTERM, self._on_signal)
+        self.signals.ingesting()
         try:
             written = self.ingest(files)
         finally:
-            if in_main:
-                signal.signal(signal.SIGINT, old_int)
-                signal.signal(signal.SIGTERM, old_term)
             self.close()
             self.progress.close()
         fatal = self._fatal
@@ -150,10 +170,16 @@ class Run:
             done = {f.ref.seq for f in written}
             written += [Finished(ref, Outcome("failed", f"not written: {fatal}")) for ref, _ in files
                         if ref.seq not in done]
-        pruned = self._prune({ref.source for ref, _ in files}) if not (self.stopping.is_set() or fatal) else 0
+        try:
+            pruned = self._prune(files) if not (self.stopping.is_set() or fatal) else 0
+        except StoreError as exc:             # lease lost or store gone while pruning: the report says so
+            pruned, fatal = 0, exc
+        code = (EXIT_ERROR if fatal is not None else self.signals.exit_code if self.signals.exit_code is not None
+                else EXIT_FAILED if any(f.outcome.status == "failed" for f in written) else EXIT_OK)
         report = build_report(written, time.perf_counter() - started, self.rates(written),
                               {"not_started": len(files) - len(written), "pruned": pruned,
-                               "interrupted": self.stopping.is_set(), "stopped_by": str(fatal) if fatal else None,
+                               "interrupted": self.stopping.is_set(), "signal": self.signals.name,
+                               "stopped_by": str(fatal) if fatal else None, "exit_code": code,
                                **self.engine_totals(),
                                "store": col.store.uri, "collection": col.store.collection, "model": col.model.name,
                                "backend": col.backend})
@@ -163,10 +189,8 @@ class Run:
             print(summary(report), file=sys.stderr)
             print(f"report: {self.report_path}", file=sys.stderr)
         if fatal is not None:
-            raise fatal
-        if self.stopping.is_set():
-            return EXIT_INTERRUPTED
-        return EXIT_FAILED if any(f.outcome.status == "failed" for f in written) else EXIT_OK
+            raise fatal                       # the CLI's one line, exit EXIT_ERROR (the report says so)
+        return code
 
     # -- the local engine: what another engine replaces -------------------------------
     def check(self) -> None:
@@ -300,15 +324,30 @@ class Run:
             self.stage.feed.put(None)                  # end of input for the encoder
 
     # -- stopping ---------------------------------------------------------------------
-    def _on_signal(self, signum, frame) -> None:
-        if self.stopping.is_set():
-            os._exit(EXIT_INTERRUPTED)
-        self.stopping.set()
-        self.events.put(Stop())
+    def _report_unstarted(self, started: float, stopped_by: str, code: int, **totals: Any) -> str:
+        """Write the report of a run that stopped before ingesting (report.write_unstarted): "" once
+        written, else why not."""
+        cfg, col = self.cfg, self.col
+        return write_unstarted(self.report_path, stopped_by, code, time.perf_counter() - started, {
+            **totals, "store": cfg["store"]["uri"], "collection": cfg["store"]["collection"],
+            "model": col.model.name if col is not None else cfg["model"]["name"],
+            "backend": col.backend if col is not None else None})
+
+    def _stopped_at_start(self, started: float) -> int:
+        """A stop signal came before ingesting began: the report says so; the exit code."""
+        col, name, code = self.col, self.signals.name, self.signals.exit_code
+        self._report_unstarted(started, f"{name} while the run was starting", code, interrupted=True, signal=name)
+        if col is not None:
+            col.close()
+        if not self.quiet:
+            print(f"\ningest: {name} while starting; nothing was ingested", file=sys.stderr)
+            print(f"report: {self.report_path}", file=sys.stderr)
+        return code
 
     def _interrupt(self) -> None:
         if not self.quiet:
-            print("\ninterrupted: writing what is already encoded (Ctrl-C again to quit at once)", file=sys.stderr)
+            print(f"\n{self.signals.name}: writing what is already encoded (a second signal quits at once)",
+                  file=sys.stderr)
         self.pools.stop()
         for seq in sorted(self._pending):
             state = self._pending[seq]
@@ -324,10 +363,12 @@ class Run:
         return RunError(f"encoding stopped the run: {' '.join(str(exc).split())[:300]}")
 
     # -- end of run -------------------------------------------------------------------
-    def _prune(self, present: set[str]) -> int:
+    def _prune(self, files: list[tuple[FileRef, Outcome | None]]) -> int:
+        """--prune: remove the recorded files the scan saw gone (never under a folder it could not list)."""
+        present, folders = {ref.source for ref, _ in files}, unlisted(files)
         if self.prune:
-            return len(self.col.prune(present))
-        gone = self.col.gone(present)
+            return len(self.col.prune(present, folders))
+        gone = self.col.gone(present, folders)
         if gone and not self.quiet:
             print(f"{len(gone)} file(s) in the store no longer exist in the folder; --prune removes them",
                   file=sys.stderr)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from ingest.files import FileRef, Outcome
 from ingest.store import SOURCE_MAX
 
 _ESCAPES = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+CANNOT_LIST = "cannot list folder"
 _FOLLOW_HINT = {"inside": 'set [run] follow_symlinks = "all" to follow it',
                 "none": 'set [run] follow_symlinks = "inside" or "all" to follow it'}
 
@@ -52,9 +53,9 @@ def scan(root: Path, follow_symlinks: str) -> Iterator[tuple[FileRef, Outcome | 
     entries: list[tuple[str, str, str | None, str | None]] = []   # (source, path, status, error)
     inside = os.path.realpath(root)
 
-    def onerror(exc: OSError) -> None:
-        rel = _rel(root, exc.filename) if exc.filename else "?"
-        entries.append((rel, str(exc.filename), "failed", f"cannot list folder: {exc.strerror}"))
+    def onerror(exc: OSError) -> None:            # a folder not listed, or not to its end
+        rel = _rel(root, exc.filename) if exc.filename else "."      # which one unknown: the whole folder
+        entries.append((rel, str(exc.filename or root), "failed", f"{CANNOT_LIST}: {exc.strerror}"))
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=False):
         dirnames.sort()
@@ -73,6 +74,13 @@ def scan(root: Path, follow_symlinks: str) -> Iterator[tuple[FileRef, Outcome | 
             yield _follow(FileRef(seq, source, path), follow_symlinks, inside)
         else:
             yield FileRef(seq, source, path), Outcome(status, error)
+
+
+def unlisted(files: Iterable[tuple[FileRef, Outcome | None]]) -> list[str]:
+    """The folders (sources; "." is the root) the scan could not list, or not to the end: what lies under
+    them is unknown, so nothing recorded there may be taken for deleted."""
+    return [ref.source for ref, problem in files
+            if problem is not None and (problem.error or "").startswith(CANNOT_LIST)]
 
 
 def _follow(ref: FileRef, follow_symlinks: str, inside: str) -> tuple[FileRef, Outcome | None]:

@@ -8,20 +8,28 @@ on the first search), else torch itself.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from ingest.backends import BackendError, model_file
 from ingest.model_ref import ModelRef, resolve_model
-from ingest.store import Store, StoreError
+from ingest.store import Store, StoreError, is_local
 
 
 def search(uri: str, collection: str, query: str, k: int, model: str | None = None) -> list[dict[str, Any]]:
+    """The k nearest chunks to `query`. A store or collection that does not exist is a StoreError (one
+    line), and nothing is created: a Milvus Lite path is checked before the store is opened."""
+    if is_local(uri) and not Path(uri).exists():
+        raise StoreError(f"no store at {uri}; ingest a folder into it first: ingest run FOLDER --store {uri}")
     store = Store(uri, collection)
     store.lock()
     try:
         recorded = store.recorded()
+        if recorded is None and store.exists():
+            raise StoreError(f"collection {collection!r} in {uri} was not made by ingest; choose another --collection")
         if recorded is None:
-            raise StoreError(f"collection {collection!r} in {uri} is empty or missing; run `ingest run FOLDER` first")
+            raise StoreError(f"no collection {collection!r} in {uri}; ingest a folder into it first: "
+                             f"ingest run FOLDER --store {uri} --collection {collection}")
         if recorded[2] == "null":
             raise StoreError(f"collection {collection!r} in {uri} holds constant vectors of the null backend (a "
                              "measurement): nothing to search; rerun with --reembed and a real backend")

@@ -11,19 +11,26 @@ Keys are hashes and fixed names, never paths: pymilvus's query_iterator pages on
 `key > "<last key>"` without escaping it, which a path with a quote or newline would break.
 Milvus needs a vector field; `vector` is a dummy of dim 2, always [0, 0].
 
-NOTE (lease protocol): a run writes its lease row (host, pid, run id, expiry) on open and
-renews it every RENEW_EVERY_S with expiry now + LEASE_TTL_S from a daemon thread; close
-deletes it. A lease is stale once expired, or at once when its holder runs on this host and
-its pid is gone (a killed run must not block the rerun). Milvus has no compare-and-swap: two
+NOTE (lease protocol): a run writes its lease row (host, pid, run id, expiry, and the boot id
+and pid namespace its pid belongs to) on open and renews it every RENEW_EVERY_S with expiry now
++ LEASE_TTL_S from a daemon thread (a heartbeat: a holder that stops renewing is stale after
+LEASE_TTL_S); close deletes it. A lease is stale once expired, or at once when its holder's pid
+is gone and that pid is one this process can judge: same host name, same boot id
+(/proc/sys/kernel/random/boot_id) and same pid namespace, so a killed run does not block the
+rerun, while a holder in another container that shares the host name (another pid namespace) or
+on another boot is trusted until its heartbeat is stale. Milvus has no compare-and-swap: two
 runs that read "free" before either writes could both write. After writing, a run waits
 CONFIRM_AFTER_S (far longer than a read-then-write takes) and re-reads; the later writer wins
-and the other gives up. If both still passed, the overwritten run finds the other holder at
-its next renewal, within RENEW_EVERY_S, and its lease is lost. A lost lease (taken over, or
-not renewed in time) is kept in `Lease.lost`; every later manifest write raises `LeaseLost`
-with it, and the run checks it to stop. Expiry compares wall clocks, so hosts sharing a server need them
-roughly in sync (well under LEASE_TTL_S). Lease writes are not flushed (the collection is Strong:
-every reader sees them at once), which spares the server's flush budget; a lease row lost to a
-server crash makes its holder stop at its next renewal.
+and the other gives up. If both still passed, the overwritten run finds the other holder at its
+next renewal, within RENEW_EVERY_S, and its lease is lost. A lost lease (taken over, or not
+renewed in time) is kept in `Lease.lost`; every later manifest write raises `LeaseLost` with
+it, and the run checks it to stop. Fencing: before the run deletes rows or writes entries it
+re-reads the lease row (`Lease.confirm`, through `ServerManifest.fence`), so a run whose lease
+was taken over deletes nothing after the takeover is visible in the server. Expiry compares
+wall clocks, so hosts sharing a server need them roughly in sync (well under LEASE_TTL_S).
+Lease writes are not flushed (the collection is Strong: every reader sees them at once), which
+spares the server's flush budget; a lease row lost to a server crash makes its holder stop at
+its next renewal.
 """
 from __future__ import annotations
 
@@ -34,7 +41,8 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any, Iterable
 
 from ingest.manifest import Entry
@@ -106,20 +114,34 @@ def ensure_companion(store: Store) -> str:
 
 @dataclass(frozen=True)
 class Holder:
-    """Who holds a lease, and until when (epoch seconds)."""
+    """Who holds a lease, and until when (epoch seconds); `boot` and `pidns` say where its pid lives."""
     host: str
     pid: int
     run: str
     since: float
     expires: float
+    boot: str = ""                   # "": unknown (a lease written before they were recorded)
+    pidns: str = ""
 
     def stale(self, now: float) -> bool:
-        """Expired, or held by a process of this host that no longer exists."""
-        return self.expires < now or (self.host == socket.gethostname() and not _alive(self.pid))
+        """Expired (no heartbeat for LEASE_TTL_S), or held by a pid of this host, boot and pid namespace
+        that no longer exists."""
+        here = self.boot and self.pidns and (self.host, self.boot, self.pidns) == _where()
+        return self.expires < now or bool(here and not _alive(self.pid))
 
     def describe(self) -> str:
         return (f"the run on {self.host} (pid {self.pid}) since "
                 f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.since))}")
+
+
+def _where() -> tuple[str, str, str]:
+    """(host name, boot id, pid namespace) of this process; "" where Linux does not tell."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        pidns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        boot = pidns = ""
+    return socket.gethostname(), boot, pidns
 
 
 def _alive(pid: int) -> bool:
@@ -136,7 +158,10 @@ def read_lease(store: Store) -> Holder | None:
     """The lease row of `store`'s collection, if any (the companion collection must exist)."""
     rows = store.call("read the lease", "get", companion_name(store.collection), ids=[LEASE_KEY],
                       output_fields=["value"])
-    return Holder(**json.loads(rows[0]["value"])) if rows else None
+    if not rows:
+        return None
+    value = json.loads(rows[0]["value"])
+    return Holder(**{f.name: value[f.name] for f in fields(Holder) if f.name in value})
 
 
 class Lease:
@@ -146,7 +171,8 @@ class Lease:
         self.store = store
         self.name = companion_name(store.collection)
         now = time.time()
-        self.me = Holder(socket.gethostname(), os.getpid(), uuid.uuid4().hex, now, now + LEASE_TTL_S)
+        host, boot, pidns = _where()
+        self.me = Holder(host, os.getpid(), uuid.uuid4().hex, now, now + LEASE_TTL_S, boot, pidns)
         self.lost: str | None = None                 # why the lease was lost; None while held
         self._stop = threading.Event()
         self._lock = threading.Lock()                # a renewal and the release never overlap
@@ -170,6 +196,14 @@ class Lease:
     def check(self) -> None:
         """Raise LeaseLost if the lease was lost (another run took the collection, or renewal failed)."""
         if self.lost:
+            raise LeaseLost(self.lost)
+
+    def confirm(self) -> None:
+        """Re-read the lease row now: raise LeaseLost unless it is still this run's (the fence before a delete)."""
+        self.check()
+        holder = read_lease(self.store)
+        if holder is None or holder.run != self.me.run:
+            self.lost = self._taken_over(holder)
             raise LeaseLost(self.lost)
 
     def release(self) -> None:
@@ -201,20 +235,23 @@ class Lease:
                 if not self._stop.is_set():
                     self._renew()
 
+    def _taken_over(self, holder: Holder | None) -> str:
+        other = holder.describe() if holder else "nobody (the lease row was deleted)"
+        return (f"collection {self.store.collection!r} on {self.store.uri} was taken over by {other} while this "
+                "run held it; nothing more was deleted or recorded; run one ingest at a time per collection, "
+                "then rerun")
+
     def _renew(self) -> None:
-        where = f"collection {self.store.collection!r} on {self.store.uri}"
         try:
             holder = read_lease(self.store)
             if holder is None or holder.run != self.me.run:
-                other = holder.describe() if holder else "nobody (the lease row was deleted)"
-                self.lost = (f"{where} was taken over by {other} while this run held it; "
-                             "run one ingest at a time per collection, then rerun")
+                self.lost = self._taken_over(holder)
                 return
             self._write()
         except Exception as exc:
             if time.time() + RENEW_EVERY_S >= self.me.expires:
-                self.lost = (f"{where}: could not renew this run's lease in time ({one_line(exc)}); "
-                             "check the server, then rerun")
+                self.lost = (f"collection {self.store.collection!r} on {self.store.uri}: could not renew this "
+                             f"run's lease in time ({one_line(exc)}); check the server, then rerun")
 
 
 class ServerManifest:
@@ -226,6 +263,10 @@ class ServerManifest:
 
     def close(self) -> None:
         """Nothing to close: the client is the store's, the lease the collection's."""
+
+    def fence(self) -> None:
+        """Raise LeaseLost unless the lease row, read now, is still this run's."""
+        self.lease.confirm()
 
     def get_meta(self, key: str) -> str | None:
         rows = self.store.call("read the manifest", "get", self.name, ids=[META_PREFIX + key],

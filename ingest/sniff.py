@@ -2,7 +2,10 @@
 
 For the built-in formats the content decides, not the extension: the first bytes (at most
 HEAD_BYTES), a ZIP's directory or a compound file's directory tell a PDF, DOCX, PPTX, DOC, PPT,
-image or text file apart, so this stays cheap enough for the dispatcher's thread. A file read by
+image or text file apart, so this stays cheap enough for the dispatcher's thread. Every read is
+bounded whatever the file holds: a ZIP's directory is read only once its end record declares at
+most ooxml.MAX_ENTRIES entries in ooxml.MAX_DIRECTORY bytes, a compound file's directory only as
+far as ole.MAX_DIR_SECTORS. A file read by
 its content despite its name gets a warning. Text-encoding knowledge (BOMs, BOM-less UTF-16) comes
 from the text loader. Before any of that, the manifest: a file whose size and mtime are unchanged
 is done here without being opened; after it, the size limit.

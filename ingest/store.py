@@ -3,9 +3,10 @@
 A local path (./ingest.db) is Milvus Lite, which allows one process per file: `lock()` takes
 an exclusive flock on `<db>.lock` so a second `ingest run` fails at once instead of
 corrupting the store, and `serve()` then moves the Lite server into a host process of its own
-(`ingest.lite_host`) that the run's client and its writer processes reach on loopback; without
-`serve()` (`ingest search`) Lite runs inside this process. A server URI (http://host:19530)
-reaches Milvus standalone or a cluster unchanged. The client is created in the process that
+(`ingest.lite_host`) that the run's client and its writer processes reach on a Unix socket only
+this user can open; without `serve()` (`ingest search`) Lite runs inside this process, on such a
+socket too (never pymilvus' own Lite server, which listens on 127.0.0.1 TCP). A server URI
+(http://host:19530) reaches Milvus standalone or a cluster unchanged. The client is created in the process that
 uses it (checked by pid) and never carried across a fork; another process gets the store as an
 `Endpoint` (`endpoint()`, `Store.at`).
 """
@@ -22,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ingest.lite_host import LiteHost
+from ingest.lite_host import LiteHost, LiteServer
 
 PROPS_MODEL, PROPS_DIM, PROPS_BACKEND = "ingest.model", "ingest.dim", "ingest.backend"
 TEXT_MAX = 65535          # bytes of UTF-8 in a chunk's text
@@ -53,7 +54,7 @@ def is_local(uri: str) -> bool:
 @dataclass(frozen=True)
 class Endpoint:
     """How another process reaches this store: `uri` as the user named it (for messages), `address`
-    what its client connects to (the URI, or the Lite host's http://127.0.0.1:port)."""
+    what its client connects to (the URI, or the Lite host's unix:/.../milvus.sock)."""
     uri: str
     address: str
     collection: str
@@ -98,6 +99,7 @@ class Store:
         self._pid: int | None = None
         self._lock_file = None
         self._host: LiteHost | None = None
+        self._lite: LiteServer | None = None      # Lite in this process's threads (no host)
 
     @classmethod
     def at(cls, endpoint: Endpoint) -> Store:
@@ -116,9 +118,17 @@ class Store:
 
             logging.getLogger("pymilvus").setLevel(logging.CRITICAL)    # errors reach the user as StoreError
 
+            self._client, self._lite = None, None      # a forked child's copies are its parent's
             try:
-                self._client = MilvusClient(self.address, timeout=self.timeout_s, grpc_options=GRPC_OPTIONS)
+                target = self.address
+                if is_local(target) and not target.startswith("unix:"):      # a .db path: serve it here
+                    self._lite = LiteServer(target)
+                    target = self._lite.address
+                self._client = MilvusClient(target, timeout=self.timeout_s, grpc_options=GRPC_OPTIONS)
             except Exception as exc:
+                if self._lite is not None:
+                    self._lite.close()
+                    self._lite = None
                 raise StoreError(f"cannot open store {self.uri}: {one_line(exc)}; check that the server is "
                                  "running and reachable, then rerun") from None
             self._pid = os.getpid()
@@ -185,12 +195,15 @@ class Store:
         self.address = self._host.address
 
     def _drop_client(self) -> None:
-        if self._client is not None and self._pid == os.getpid():
-            try:
-                self._client.close()
-            except Exception:
-                pass
-        self._client = None
+        if self._pid == os.getpid():
+            if self._client is not None:
+                try:
+                    self._client.close()
+                except Exception:
+                    pass
+            if self._lite is not None:
+                self._lite.close()
+        self._client, self._lite = None, None
 
     def close(self) -> None:
         """Close the client, stop the Lite host (if any), then give the flock back."""
@@ -282,16 +295,13 @@ class Store:
             raise StoreRejected(f"the store refused to {what}: {' '.join(status.reason.split())[:300]}")
 
     def delete_stale(self, source: str, file_hash: str) -> None:
-        """Remove rows of `source` that belong to an older version of the file."""
+        """Remove every row of `source` but those of version `file_hash`: the versions it replaces, or the
+        rows of a new version abandoned part-way (then `file_hash` is the last good copy's)."""
         self.call("delete old rows", "delete", self.collection,
                   filter=f"source == {quote(source)} and file_hash != {quote(file_hash)}")
 
-    def delete_version(self, source: str, file_hash: str) -> None:
-        """Remove the rows of one version of `source` (a version that failed part-way through)."""
-        self.call("delete rows", "delete", self.collection,
-                  filter=f"source == {quote(source)} and file_hash == {quote(file_hash)}")
-
     def delete_source(self, source: str) -> None:
+        """Remove every row of `source` (a file gone, dropped, or never complete)."""
         self.call("delete rows", "delete", self.collection, filter=f"source == {quote(source)}")
 
     def flush(self) -> None:

@@ -19,11 +19,17 @@ NOTE (failures): a failure belongs to one file. A batch the store refuses (Refus
 retried file by file, and only the files whose own rows are refused fail; so does a file
 whose own batch's writer died twice. A file whose chunks could not be encoded fails through
 `fail()`. A failed file's queued rows are dropped; if some of its rows may be in the store
-(acknowledged, or sent by a writer that died), all its rows and its manifest entry are
-removed, after every batch was answered, so the next run redoes it from scratch (so are
-those of a file that is skipped now but was ingested before: emptied, or a link now leading
-outside the folder). A store that does not answer (Unreachable: server gone, timeout) raises
-StoreError and stops the run.
+(acknowledged, or sent by a writer that died), every row of it but the version its manifest
+entry names is removed after every batch was answered: the last good copy stays complete and
+searchable, the entry stays, and the next run redoes the file (a file without an entry loses
+all its rows). Ids include the version's hash, so a new version never overwrites an old one's
+rows. A file that is skipped now but was ingested before (emptied, or a link now leading
+outside the folder) loses its rows and entry. A store that does not answer (Unreachable:
+server gone, timeout) raises StoreError and stops the run.
+
+NOTE (fencing): `commit` asks the manifest to fence (a server collection: re-read the lease
+now) before it deletes a row or writes an entry; a lost lease raises LeaseLost (a StoreError)
+and the run stops with nothing deleted or recorded.
 """
 from __future__ import annotations
 
@@ -215,27 +221,33 @@ class Ledger:
         self.touched: set[str] = set()       # sources whose rows may be in the store, file not settled yet
 
     def commit(self) -> list[Finished]:
-        """Flush the store, delete what the files replace or drop, record them; the files as they end."""
+        """Flush the store, delete what the files replace or abandon, record them; the files as they end."""
         if self.touched:
             self.store.flush()
-        failed_here = {f.ref.source for f in self.files if f.ref.source in self.failed}
         done = [self._settle(f) for f in self.files]
-        removed = [f.ref.source for f in done
-                   if f.drop or (f.ref.source in failed_here and f.ref.source in self.touched)]
-        changed = [f for f in done if f.outcome.status == "ingested" and f.old_hash and f.old_hash != f.ref.file_hash]
-        for f in changed:
-            self.store.delete_stale(f.ref.source, f.ref.file_hash)
-        for source in removed:
-            self.store.delete_source(source)
-        if changed or removed:
-            self.store.flush()
-        self.touched -= {f.ref.source for f in done}
+        dropped = [f.ref.source for f in done if f.drop]
+        keep = {f.ref.source: f.ref.file_hash for f in done        # a changed file: only its new version
+                if f.outcome.status == "ingested" and f.old_hash and f.old_hash != f.ref.file_hash}
+        keep.update((f.ref.source, f.old_hash) for f in done       # failed part-way: only its last good copy
+                    if f.outcome.status == "failed" and f.ref.source in self.touched)
         entries = [Entry(f.ref.source, f.ref.size, f.ref.mtime_ns, f.ref.file_hash, "ingested", f.outcome.chunks,
                          f.ref.fmt, self.settings) for f in done if f.record]
+        if keep or dropped or entries:
+            self.manifest.fence()                # still ours? (NOTE: fencing)
+        for source, version in keep.items():
+            if version:
+                self.store.delete_stale(source, version)
+            else:
+                self.store.delete_source(source)
+        for source in dropped:
+            self.store.delete_source(source)
+        if keep or dropped:
+            self.store.flush()
+        self.touched -= {f.ref.source for f in done}
         if entries:
             self.manifest.record(entries)
-        if removed:
-            self.manifest.remove(removed)
+        if dropped:
+            self.manifest.remove(dropped)
         self.files = []
         return done
 

@@ -11,7 +11,6 @@ timeout, one resubmit of a batch whose process died, and Failure values.
 from __future__ import annotations
 
 import hashlib
-import signal
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -23,9 +22,10 @@ from ingest.workers.pool import Pools
 POOL = "writer"
 
 
-def chunk_id(source: str, index: int, text: str) -> str:
-    """Deterministic primary key: re-runs upsert the same ids, never duplicates."""
-    return hashlib.blake2b(f"{source}\x00{index}\x00{text}".encode(), digest_size=16).hexdigest()
+def chunk_id(source: str, file_hash: str, index: int, text: str) -> str:
+    """Deterministic primary key: re-runs upsert the same ids, never duplicates; a new version of a file
+    never overwrites a row of the old one (which stays whole until the new one is complete)."""
+    return hashlib.blake2b(f"{source}\x00{file_hash}\x00{index}\x00{text}".encode(), digest_size=16).hexdigest()
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,7 +69,7 @@ class Batch:
         for s in self.segments:
             n = len(s.chunks)
             for i, (page, text) in enumerate(s.chunks, s.start):
-                ids.append(chunk_id(s.source, i, text))
+                ids.append(chunk_id(s.source, s.file_hash, i, text))
                 texts.append(text)
                 pages.append(page or 0)
             chunks.extend(range(s.start, s.start + n))
@@ -134,7 +134,6 @@ _store: Store | None = None
 
 def _init(endpoint: Endpoint) -> None:
     global _endpoint
-    signal.signal(signal.SIGINT, signal.SIG_IGN)        # the run decides when writers stop (Ctrl-C still writes)
     _endpoint = endpoint
 
 
@@ -170,10 +169,13 @@ def answer_within(store_timeout_s: float) -> float:
 
 
 class WriterPool:
-    """`processes` writer processes for the store at `endpoint`, started on the first batch."""
+    """`processes` writer processes for the store at `endpoint`, started on the first batch. They are
+    shielded: a SIGINT or SIGTERM to the whole group leaves them to the run, which still writes what is
+    encoded (workers/spawn.py NOTE)."""
 
     def __init__(self, endpoint: Endpoint, processes: int):
-        self._pools = Pools({POOL: processes}, {POOL: task_timeout(endpoint.timeout_s)}, _init, (endpoint,))
+        self._pools = Pools({POOL: processes}, {POOL: task_timeout(endpoint.timeout_s)}, _init, (endpoint,),
+                            shielded=True)
 
     def submit(self, batch: Batch) -> Future:
         """A Future of Ack, Refused, Unreachable, or a Failure (timeout; the process died twice)."""

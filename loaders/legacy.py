@@ -1,5 +1,14 @@
 """Legacy Office (.doc, .ppt): converted to DOCX/PPTX by headless LibreOffice, run under
-loaders/_guard.py, then read by the docx/pptx loaders."""
+loaders/_guard.py, then read by the docx/pptx loaders.
+
+NOTE (nothing from outside the document): a .doc or .ppt can link other files (INCLUDETEXT fields,
+linked sections, OLE objects, images, DDE links) and carry macros. Every conversion starts from a
+fresh profile seeded with PROFILE_SETTINGS: links are never updated on load (Writer
+Content/Update/Link = 2, Calc's = 1: each application numbers "never" its own way), macros never
+run (security level 3, execution disabled), links to untrusted locations are blocked; a link's
+cached result (what the author saw when saving) is part of the document and is kept. The guard
+also runs LibreOffice without network.
+"""
 from __future__ import annotations
 
 import os
@@ -19,6 +28,16 @@ from .base import Loader, LoaderError, LoaderOptions, Page, Unsupported, registe
 GUARD = Path(__file__).with_name("_guard.py")
 GRACE_S = 10.0                     # the guard answers within timeout_s; past this much more, we stop waiting
 SOURCE_EXT = {"docx": ".doc", "pptx": ".ppt", "doc": ".docx", "ppt": ".pptx"}   # what converts to each target
+_SETTINGS = {"Writer/Content/Update": {"Link": ("int", 2)}, "Calc/Content/Update": {"Link": ("int", 1)},
+             "Common/Security/Scripting": {"MacroSecurityLevel": ("int", 3), "DisableMacrosExecution": ("boolean", True),
+                                           "BlockUntrustedRefererLinks": ("boolean", True)}}
+PROFILE_SETTINGS = "".join(
+    ['<?xml version="1.0" encoding="UTF-8"?>\n<oor:items xmlns:oor="http://openoffice.org/2001/registry" '
+     'xmlns:xs="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">\n']
+    + [f'<item oor:path="/org.openoffice.Office.{group}"><prop oor:name="{name}" oor:op="fuse" oor:type="xs:{kind}">'
+       f'<value>{str(value).lower()}</value></prop></item>\n'
+       for group, props in _SETTINGS.items() for name, (kind, value) in props.items()]
+    + ["</oor:items>\n"])
 
 
 @contextmanager
@@ -37,6 +56,8 @@ def converting(path: Path, target: str, timeout_s: float) -> Iterator[Path]:
     workdir = Path(tempfile.mkdtemp(prefix="ingest-legacy-"))
     source = workdir / f"input{SOURCE_EXT.get(target, path.suffix.lower())}"   # any name converts
     os.symlink(path.absolute(), source)
+    (workdir / "profile" / "user").mkdir(parents=True)
+    (workdir / "profile" / "user" / "registrymodifications.xcu").write_text(PROFILE_SETTINGS)     # see the NOTE
     cmd = [soffice, "--headless", "--norestore", f"-env:UserInstallation={(workdir / 'profile').as_uri()}",
            "--convert-to", target, "--outdir", str(workdir / "out"), str(source)]
     guard = subprocess.Popen([sys.executable, "-I", str(GUARD), str(os.getpid()), str(workdir), repr(timeout_s), *cmd],

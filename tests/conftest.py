@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -15,6 +18,10 @@ import pytest
 
 TESTS = Path(__file__).parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# Tests that need an external program skip, saying so, where it is absent (.ci/run installs LibreOffice).
+needs_soffice = pytest.mark.skipif(not (shutil.which("soffice") or shutil.which("libreoffice")),
+                                   reason="needs LibreOffice (soffice on PATH) to build or convert .doc/.ppt")
 
 
 @dataclass
@@ -62,6 +69,26 @@ def search(cwd: Path, query: str, k: int = 5) -> list[dict]:
     res = ingest("search", query, "-k", str(k), "--json", "--store", str(cwd / "store.db"), cwd=cwd)
     assert res.rc == 0, res.stderr
     return json.loads(res.stdout)
+
+
+def wait_recorded(work: Path, source: str, proc: subprocess.Popen | None = None, timeout: float = 300) -> None:
+    """Wait until the manifest of `work`/store.db records `source` (its rows are then durably in the store);
+    fail at once if `proc`, the run, ends first."""
+    db = work / "store.db.documents.manifest.sqlite"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
+        if db.exists():
+            with sqlite3.connect(db) as con:
+                try:
+                    if con.execute("SELECT 1 FROM files WHERE source=?", (source,)).fetchone():
+                        return
+                except sqlite3.OperationalError:
+                    pass
+        time.sleep(0.3)
+    if proc is not None and proc.poll() is not None:
+        raise AssertionError(f"the run ended (exit code {proc.returncode}) before {source} was recorded: "
+                             f"{proc.communicate()[1][-2000:]}")
+    raise AssertionError(f"{source} was never recorded")
 
 
 _DUMP = """
@@ -163,20 +190,40 @@ def milvus_server() -> Iterator[Callable[..., MilvusServer]]:
 
 # -- one Ray cluster for the session ----------------------------------------------------------
 @pytest.fixture(scope="session")
-def ray_address() -> Iterator[str]:
+def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The address of a Ray cluster (`ray start --head` on loopback) that every `--engine ray` run of the
-    session joins: Ray starts once. 4 logical CPUs, so an encode actor, a writer and load tasks fit on 2 cores."""
+    session joins: Ray starts once. 4 logical CPUs, so an encode actor, a writer and load tasks fit on 2 cores.
+    It runs with --block in a process group of its own, which teardown kills: never `ray stop`, which stops
+    every Ray cluster of the machine's user (another test session's too)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ray = str(Path(sys.executable).parent / "ray")
     # Token auth off: the cluster listens on this machine only, for the session's drivers.
     env = dict(cli_env(), RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
-    subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=4",
-                    "--num-gpus=0", "--include-dashboard=false", "--object-store-memory=200000000",
-                    "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=120)
+    log = tmp_path_factory.mktemp("ray") / "ray-start.log"
+    with open(log, "wb") as out:
+        head = subprocess.Popen([ray, "start", "--head", "--block", f"--port={port}", "--num-cpus=4",
+                                 "--num-gpus=0", "--include-dashboard=false", "--object-store-memory=200000000",
+                                 "--disable-usage-stats"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    deadline = time.monotonic() + 180
+    while "Ray runtime started" not in log.read_text(errors="replace"):
+        if head.poll() is not None or time.monotonic() > deadline:
+            _kill_group(head)
+            raise RuntimeError(f"ray start did not start a cluster; see {log}")
+        time.sleep(0.2)
     yield f"127.0.0.1:{port}"      # Ray answers on the host's address too; drivers find it either way
-    subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
+    _kill_group(head)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group `proc` leads (start_new_session), as `ray stop --force` would kill its processes."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def ray_config(address: str, extra: str = "") -> str:

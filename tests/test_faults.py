@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from conftest import cli_env, row_ids, run
+from conftest import cli_env, row_ids, run, wait_recorded
 
 FAULT_CONFIG = """
 [loaders]
@@ -29,9 +28,9 @@ def test_faulty_loaders_cost_only_their_file(work: Path) -> None:
         (docs / f"bad.{ext}").write_text("x")
     (docs / "flaky.flaky").write_text("The flaky loader succeeds on its second attempt.")
     (docs / "good.txt").write_text("Bees dance to tell the hive where the flowers are.")
-    start = time.monotonic()
-    res = run(docs, work, config=FAULT_CONFIG)
-    elapsed = time.monotonic() - start
+    # No wall-clock bound (a busy machine took 300 s): a run that waited for the hour-long loaders would
+    # exceed run()'s timeout. The null backend: only the loaders are under test.
+    res = run(docs, work, "--backend", "null", config=FAULT_CONFIG)
     assert res.rc == 1, res.stderr
     files = res.by_path()
     assert files["good.txt"]["status"] == "ingested"
@@ -41,31 +40,15 @@ def test_faulty_loaders_cost_only_their_file(work: Path) -> None:
     assert files["bad.exit"]["status"] == "failed" and "exited with code 3" in files["bad.exit"]["error"]
     assert "SIGSEGV" in files["bad.segv"]["error"] and "retried once" in files["bad.segv"]["error"]
     assert len(row_ids(work)) == files["good.txt"]["chunks"] + files["flaky.flaky"]["chunks"]
-    assert elapsed < 120
 
 
 def _start(work: Path, config: str) -> subprocess.Popen:
-    """`ingest run` in its own process group, as a shell would start it."""
+    """`ingest run` in its own process group, as a shell would start it (null backend: no model to load
+    or export, so the waits below depend on the processes under test only)."""
     (work / "config.toml").write_text(config)
     return subprocess.Popen([sys.executable, "-m", "ingest.cli", "run", "docs", "--store", "store.db",
-                             "--report", "report.json", "--quiet"], cwd=work, env=cli_env(),
+                             "--report", "report.json", "--quiet", "--backend", "null"], cwd=work, env=cli_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
-def _wait_recorded(work: Path, source: str, timeout: float = 120) -> None:
-    """Wait until the manifest records `source` (it is then durably in the store)."""
-    db = work / "store.db.documents.manifest.sqlite"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if db.exists():
-            with sqlite3.connect(db) as con:
-                try:
-                    if con.execute("SELECT 1 FROM files WHERE source=?", (source,)).fetchone():
-                        return
-                except sqlite3.OperationalError:
-                    pass
-        time.sleep(0.3)
-    raise AssertionError(f"{source} was never recorded")
 
 
 def _wait_for_children(proc: subprocess.Popen, n: int, timeout: float = 90) -> list[psutil.Process]:
@@ -93,7 +76,7 @@ def test_sigkill_of_supervisor_leaves_no_orphans(work: Path) -> None:
     kids = psutil.Process(proc.pid).children(recursive=True)
     proc.kill()
     proc.wait()
-    _assert_gone(kids, within=5)
+    _assert_gone(kids, within=30)          # watchdogs exit within a second; a busy machine may take longer
 
 
 def test_ctrl_c_writes_report_and_exits_130(work: Path) -> None:
@@ -101,7 +84,7 @@ def test_ctrl_c_writes_report_and_exits_130(work: Path) -> None:
         (work / "docs" / f"slow{i}.sleep").write_text("x")
     (work / "docs" / "a.txt").write_text("Penguins huddle together through the polar night.")
     proc = _start(work, FAULT_CONFIG.replace("timeout_s = 3", "timeout_s = 600"))
-    _wait_recorded(work, "a.txt")
+    wait_recorded(work, "a.txt")
     kids = psutil.Process(proc.pid).children(recursive=True)
     os.killpg(proc.pid, signal.SIGINT)             # Ctrl-C reaches the whole foreground group
     out, err = proc.communicate(timeout=60)
@@ -110,7 +93,7 @@ def test_ctrl_c_writes_report_and_exits_130(work: Path) -> None:
     assert report["totals"]["interrupted"] is True
     statuses = {f["path"]: f["status"] for f in report["files"]}
     assert all(statuses[f"slow{i}.sleep"] == "failed" for i in range(3))
-    _assert_gone(kids, within=5)
+    _assert_gone(kids, within=30)
     ids = row_ids(work)
     assert len(ids) == len(set(ids))
 
@@ -122,8 +105,8 @@ def test_second_run_on_busy_store_fails_at_once(work: Path) -> None:
         _wait_for_children(proc, 1)
         start = time.monotonic()
         res = subprocess.run([sys.executable, "-m", "ingest.cli", "run", "docs", "--store", "store.db", "--quiet"],
-                             cwd=work, env=cli_env(), capture_output=True, text=True, timeout=60)
-        assert time.monotonic() - start < 20
+                             cwd=work, env=cli_env(), capture_output=True, text=True, timeout=120)
+        assert time.monotonic() - start < 60     # at once: it would otherwise wait out the first run (600 s)
         assert res.returncode == 2
         assert "in use" in res.stderr and res.stderr.strip().count("\n") == 0
     finally:

@@ -10,8 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import cli_env, row_ids, run, store_rows
-from test_faults import _wait_recorded
+from conftest import cli_env, row_ids, run, store_rows, wait_recorded
 
 SMALL_CHUNKS = "[chunking]\nchunk_tokens = 24\noverlap_tokens = 4\n[run]\nmax_files_in_flight = 2\n"
 SENTENCES = [
@@ -108,9 +107,9 @@ def test_kill_and_resume_matches_a_clean_run(tmp_path: Path) -> None:
 
     _kill_group_when(crashed, lambda: time.sleep(1))     # during start-up (each .slowtxt loads for 1 s)
     assert _recorded(crashed) == 0
-    _kill_group_when(crashed, lambda: _wait_recorded(crashed, "d0.slowtxt"))
+    _kill_group_when(crashed, lambda: wait_recorded(crashed, "d0.slowtxt"))
     assert 1 <= _recorded(crashed) < len(SENTENCES)                          # the kill landed mid-run
-    _kill_group_when(crashed, lambda: _wait_recorded(crashed, "d2.slowtxt"))
+    _kill_group_when(crashed, lambda: wait_recorded(crashed, "d2.slowtxt"))
     assert 3 <= _recorded(crashed) < len(SENTENCES)
     resumed = run(crashed / "docs", crashed, config=config)
     assert resumed.rc == 0, resumed.stderr

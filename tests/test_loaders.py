@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import docs
+from conftest import needs_soffice
 from ingest import loaders
 from ingest.config import load_config, loader_options, ocr_options
 from ingest.loaders import LoaderError, LoaderOptions, OcrOptions, Unsupported, formats, loader_for, pool_for, register
@@ -293,6 +294,7 @@ def test_pptx_slides_groups_tables_notes(tmp_path: Path) -> None:
 
 # ---- legacy (LibreOffice) ------------------------------------------------------------------------
 
+@needs_soffice
 def test_doc_and_ppt_via_libreoffice(tmp_path: Path) -> None:
     doc = docs.make_doc(tmp_path / "old.doc", ["Legacy body text"], heading="Old Heading",
                         table_rows=[["k", "v"]], header="Old header")
@@ -304,11 +306,17 @@ def test_doc_and_ppt_via_libreoffice(tmp_path: Path) -> None:
     assert (slide.number, slide.title, slide.text.split("\n")) == (1, "Old deck", ["Old deck", "in a group", "c1 | c2", "old notes"])
 
 
-def test_legacy_without_soffice_or_too_slow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@needs_soffice
+def test_legacy_too_slow(tmp_path: Path) -> None:
     doc = tmp_path / "x.doc"
     doc.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(600))
     with pytest.raises(LoaderError, match=r"LibreOffice did not convert the \.doc within 0\.01 s"):
         load(doc, convert_timeout_s=0.01)
+
+
+def test_legacy_without_soffice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = tmp_path / "x.doc"
+    doc.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(600))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(Unsupported, match=r"^legacy \.doc needs LibreOffice \(soffice\) on PATH; install"):
         load(doc)

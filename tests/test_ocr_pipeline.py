@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import run, search
+from conftest import needs_soffice, run, search
 from docs import make_doc, make_mixed_pdf, make_png, make_ppt, make_scanned_pdf
 
 SCANNED_P2 = "Invoices are archived in the basement"
@@ -15,6 +15,7 @@ DOC_TEXT = "The orchard committee approved new ladders for the autumn harvest."
 PPT_TEXT = "Volunteers repaint the harbour fence each spring."
 
 
+@needs_soffice
 def test_ocr_and_legacy_formats(work: Path) -> None:
     docs = work / "docs"
     make_scanned_pdf(docs / "scanned.pdf", ["Cover letter of the archive", SCANNED_P2])

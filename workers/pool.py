@@ -19,7 +19,10 @@ NOTE (timeout and crash protocol):
   A task is retried after each of up to MAX_BREAKS breaks; after MAX_BREAKS breaks in a row with
   no task done (workers that cannot start), tasks fail at once instead of starting pool after pool.
 - stop() kills every worker at once (end of run, Ctrl-C); unfinished Futures resolve to
-  Failure("cancelled (run interrupted)").
+  Failure("cancelled (run interrupted)"). `_stopped` is read and set under the lock that creates
+  pools, so no pool starts after stop() (a task scheduled meanwhile is cancelled, never started).
+- Stop signals: workers of a `shielded` pool (writers) ignore a group-wide SIGINT/SIGTERM and end
+  when the parent stops them; the others (loaders) are killed by a SIGTERM (workers/spawn.py NOTE).
 """
 from __future__ import annotations
 
@@ -31,11 +34,12 @@ from typing import Any, Callable, Mapping
 from pebble import ProcessExpired, ProcessPool
 
 from .failure import Failure
-from .spawn import SPAWN, watch_parent
+from .spawn import SHIELDED, SPAWN, watch_parent
 
 RETRIES_AFTER_CRASH = 1
 BROKEN = ("its worker processes cannot start or keep dying (a [loaders] plugin failing in the worker?); "
           "see the worker's error above")
+CANCELLED = "cancelled (run interrupted)"
 MAX_BREAKS = 3          # a pool broken this many times in a row, with no task done between, is not retried
 
 
@@ -46,11 +50,13 @@ def _start_worker(role: str, initializer: Callable[..., None] | None, *initargs:
 
 
 class Pools:
-    """One pebble ProcessPool per name, sized by `sizes`, each task bounded by `timeouts[name]`."""
+    """One pebble ProcessPool per name, sized by `sizes`, each task bounded by `timeouts[name]`;
+    `shielded`: its workers leave stopping to this process (NOTE)."""
 
     def __init__(self, sizes: Mapping[str, int], timeouts: Mapping[str, float],
-                 initializer: Callable[..., None] | None = None, initargs: tuple = ()):
+                 initializer: Callable[..., None] | None = None, initargs: tuple = (), shielded: bool = False):
         self._sizes, self._timeouts = dict(sizes), dict(timeouts)
+        self._context = SHIELDED if shielded else SPAWN
         self._initargs = (initializer, *initargs)
         self._pools: dict[str, ProcessPool] = {}
         self._retired: list[ProcessPool] = []
@@ -59,11 +65,14 @@ class Pools:
         self._breaks: dict[str, int] = {}      # pools of this name broken since its last task succeeded
         self.replaced = 0                      # broken pools replaced so far
 
-    def _pool(self, name: str) -> ProcessPool:
+    def _pool(self, name: str) -> ProcessPool | None:
+        """The running pool `name` (started now if need be); None once stopped."""
         with self._lock:
+            if self._stopped:
+                return None
             if name not in self._pools:
                 self._pools[name] = ProcessPool(max_workers=self._sizes[name], initializer=_start_worker,
-                                                initargs=(name, *self._initargs), context=SPAWN)
+                                                initargs=(name, *self._initargs), context=self._context)
             return self._pools[name]
 
     def _replace(self, name: str, broken: ProcessPool) -> None:
@@ -86,13 +95,13 @@ class Pools:
                   attempt: int, breaks: int) -> None:
         """Schedule fn(arg) in pool `name`; `attempt` counts the task's crashes, `breaks` the pools broken under it."""
         where = f"{name} pool"
-        if self._stopped:
-            out.set_result(Failure(where, "cancelled (run interrupted)"))
-            return
         if self._breaks.get(name, 0) >= MAX_BREAKS:
             out.set_result(Failure(where, BROKEN))
             return
         pool = self._pool(name)
+        if pool is None:
+            out.set_result(Failure(where, CANCELLED))
+            return
         try:
             future = pool.schedule(fn, args=(arg,), timeout=timeout)
         except RuntimeError:                  # broken: an idle worker died, or workers cannot start
@@ -113,7 +122,7 @@ class Pools:
                     out.set_result(Failure(where, Failure.describe_exit(exc.exitcode), pid=exc.pid,
                                            exitcode=exc.exitcode))
             except CancelledError:
-                out.set_result(Failure(where, "cancelled (run interrupted)"))
+                out.set_result(Failure(where, CANCELLED))
             except (BrokenProcessPool, RuntimeError):
                 self._broken(name, fn, arg, timeout, out, attempt, breaks, pool)
             except Exception as exc:          # pickling errors
@@ -125,14 +134,16 @@ class Pools:
                 breaks: int, pool: ProcessPool) -> None:
         """The pool broke under this task: replace it and retry the task (see NOTE), else fail it."""
         self._replace(name, pool)
-        if breaks < MAX_BREAKS and not self._stopped and self._breaks.get(name, 0) < MAX_BREAKS:
+        if self._stopped:                     # stop() stopped the pool under the task
+            out.set_result(Failure(f"{name} pool", CANCELLED))
+        elif breaks < MAX_BREAKS and self._breaks.get(name, 0) < MAX_BREAKS:
             self._schedule(name, fn, arg, timeout, out, attempt, breaks + 1)
         else:
             out.set_result(Failure(f"{name} pool", BROKEN))
 
     def stop(self) -> None:
-        self._stopped = True
         with self._lock:
+            self._stopped = True
             pools = list(self._pools.values()) + self._retired
             self._pools.clear()
             self._retired.clear()

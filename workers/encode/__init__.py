@@ -8,7 +8,9 @@ NOTE (threads in the parent): the coordinator thread owns every worker handle, w
 batch. Other threads reach it only through thread-safe queues (its event queue, each run's
 inbox) and wake it through a self-pipe; it sleeps in multiprocessing.connection.wait on the
 workers' result pipes, their sentinels and that pipe, never longer than the nearest
-deadline. Each run reads its input in a feeder thread; the caller's thread takes its results.
+deadline, and reads result pipes without blocking. The self-pipe is closed by the coordinator
+thread as it ends, and a wake-up after that is a no-op (_pipes: descriptors). Each run reads its
+input in a feeder thread; the caller's thread takes its results.
 
 NOTE (devices): the parent never imports torch. "auto" starts one worker with device "auto";
 it imports torch, reports how many CUDA devices it sees (DevicesFound) before loading the
@@ -39,7 +41,9 @@ NOTE (protocol and faults)
   or, when the caller passed on_failed, gets a NaN row and is reported there while the run
   goes on (a document pipeline fails that chunk's file, not the whole run).
   Tokenizer tasks (pebble: per-task timeout, dead processes replaced; a pebble pool broken
-  by an idle process's death is replaced whole) get max_attempts too. A worker that cannot
+  by an idle process's death is replaced whole) get max_attempts too when their process died
+  or timed out; an exception is deterministic and not retried. A text the tokenizer rejects
+  fails alone, at once: the task finds it and tokenizes the rest (_tokenize). A worker that cannot
   start (an exception, or max_attempts deaths before WorkerReady) breaks the pool: every
   run and every later call raise EncodeError. The caller's own input errors (its iterable
   raising, a text that is not a str) end the run with that exception.

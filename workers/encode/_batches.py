@@ -55,6 +55,9 @@ class Batch:
 
     def describe_first_chunk(self) -> tuple[int, str]:
         position = int(self.positions[0])
-        text = self.window.texts[position]
-        prefix = repr(text[:40] + ("…" if len(text) > 40 else ""))
-        return self.window.first + position, prefix
+        return self.window.first + position, describe(self.window.texts[position])
+
+
+def describe(text: str) -> str:
+    """A text as an error names it: its first 40 characters, quoted."""
+    return repr(text[:40] + ("…" if len(text) > 40 else ""))

@@ -4,7 +4,6 @@ Threads, devices and the fault policy: NOTEs in workers/encode/__init__.py.
 """
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -19,9 +18,10 @@ import numpy as np
 
 from ..failure import Failure
 from ..limits import usable_cores
-from ._batches import Batch, Window
+from ._batches import Batch, Window, describe
 from ._messages import (BatchPlan, DevicesFound, EncodeError, EncodeTask, TaskDone, TaskFailed, TaskStarted,
                         WorkerReady, WorkerSpec)
+from ._pipes import WakePipe
 from ._process import EncodeProcess
 from ._stream import EncodeRun
 from ._tokenize import TokenizerPool, bucket_by_length, load_tokenizer
@@ -57,9 +57,7 @@ class Coordinator:
         self._pad_id = 0
         self._with_texts = fault_hook_active()
         self._events: queue.SimpleQueue = queue.SimpleQueue()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._wake = WakePipe()                              # closed by the coordinator thread as it ends
         self._runs: list[EncodeRun] = []
         self._ready: deque[Batch] = deque()
         self._next_id = 0
@@ -82,10 +80,7 @@ class Coordinator:
         self.wake()
 
     def wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"\0")
-        except (BlockingIOError, OSError):     # full: a wake-up is pending anyway; closed: shutting down
-            pass
+        self._wake.wake()                      # a no-op once closed (_pipes NOTE)
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
@@ -106,18 +101,16 @@ class Coordinator:
         for w in self.workers:
             w.stop()
         deadline = time.monotonic() + 3
-        for w in self.workers:
-            w.finish(deadline - time.monotonic())
+        for w in self.workers:                  # one still starting (loading its model) reads no stop
+            w.finish(deadline - time.monotonic() if w.ready else 0)
         if self._tokenizers is not None:
             self._tokenizers.stop()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
 
     # -- coordinator thread ----------------------------------------------------------
     def _coordinate(self) -> None:
         try:
             while not self._closing and self.broken is None:
-                self._drain_wake_pipe()
+                self._wake.drain()
                 self._take_events()
                 for w in list(self.workers):
                     self._poll(w)
@@ -129,13 +122,8 @@ class Coordinator:
         except BaseException as exc:           # a bug here must not leave callers waiting
             self._break(EncodeError(f"encode pool coordinator failed: {type(exc).__name__}: {exc}",
                                     Failure("encode pool coordinator", str(exc), traceback=traceback.format_exc())))
-
-    def _drain_wake_pipe(self) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
+        finally:
+            self._wake.close()                 # no thread waits on it any more
 
     def _take_events(self) -> None:
         while True:
@@ -151,8 +139,8 @@ class Coordinator:
     def _poll(self, w: EncodeProcess) -> None:
         alive = w.process.is_alive()           # checked first: what it sent before dying is read below
         try:
-            while w.results.poll():
-                self._on_message(w, w.results.recv())
+            for message in w.results.messages():     # never blocks on half a message (_pipes NOTE)
+                self._on_message(w, message)
         except (EOFError, OSError):
             alive = False
         if not alive:
@@ -220,6 +208,8 @@ class Coordinator:
     def _lost(self, w: EncodeProcess, reason: str) -> None:
         """Kill and replace a dead or hung worker; requeue what it held, blame what it ran."""
         w.kill()
+        if self._closing:                       # shutting down: no replacement outlives shutdown()
+            return
         failure = Failure(w.where, reason, pid=w.process.pid, exitcode=w.process.exitcode)
         if w.ready is None:
             self._start_failures[w.slot] = self._start_failures.get(w.slot, 0) + 1
@@ -307,19 +297,29 @@ class Coordinator:
             tokenized = future.result()
         except Exception as exc:
             window.tokenize_attempts += 1
-            if window.tokenize_attempts < self.max_attempts:
+            if self._tokenizers.transient(exc) and window.tokenize_attempts < self.max_attempts:
                 self._stats["retries"] += 1
                 self._tokenize(window)
                 return
             failure = self._tokenizers.failure(exc)
-            text = window.texts[0]
             error = EncodeError(f"chunks {window.first}-{window.first + len(window.texts) - 1} "
-                                f"(first {text[:40]!r}): tokenizer process {failure.error}", failure, window.first)
+                                f"(first {describe(window.texts[0])}): tokenizer process {failure.error}",
+                                failure, window.first)
             if window.run.give_up(window.first, len(window.texts), error):
                 window.run.window_done(window.number, np.full((len(window.texts), self.dim), np.nan, np.float32))
             return
         self._stats["tokenize_s"] += tokenized.seconds
-        self._ready.extend(window.cut(tokenized.batches, self._new_ids(len(tokenized.batches)), self.dim))
+        batches = window.cut(tokenized.batches, self._new_ids(len(tokenized.batches)), self.dim)
+        for position, reason in tokenized.rejected:      # deterministic: that text alone fails, no retry
+            index = window.first + position
+            error = EncodeError(f"chunk {index} ({describe(window.texts[position])}): the tokenizer rejected it: "
+                                f"{reason}", Failure("tokenizer process", f"rejected the text: {reason}"), index)
+            if not window.run.give_up(index, 1, error):
+                return
+            window.rows[position] = np.nan
+        if not batches:
+            window.run.window_done(window.number, window.rows)
+        self._ready.extend(batches)
 
     def _dispatch(self) -> None:
         ready = [w for w in self.workers if w.ready is not None]
@@ -346,7 +346,7 @@ class Coordinator:
                 if (due := run.stall_deadline()) is not None:
                     until = min(until, due)
         handles = [w.results for w in self.workers] + [w.process.sentinel for w in self.workers]
-        wait(handles + [self._wake_r], max(0.0, until - now) + 0.001)
+        wait(handles + [self._wake], max(0.0, until - now) + 0.001)
 
     def _break(self, error: EncodeError) -> None:
         """The pool cannot go on: fail every run, wake every waiter."""

@@ -73,8 +73,9 @@ class TokenBatch:
 
 @dataclass(frozen=True, eq=False)
 class TokenizedWindow:
-    batches: tuple[TokenBatch, ...]
+    batches: tuple[TokenBatch, ...]     # every text of the window but the rejected ones
     seconds: float
+    rejected: tuple[tuple[int, str], ...] = ()      # (position, the tokenizer's error): texts it refused
 
 
 @dataclass(frozen=True, eq=False)

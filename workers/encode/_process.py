@@ -3,8 +3,10 @@ the plan of which workers to start.
 
 Tasks go through a sender thread, so the coordinator never blocks on a full pipe while the
 worker computes. The parent closes its copies of the child's pipe ends, so a dead worker
-reads as EOF and a send to it fails with EPIPE instead of blocking. Only the coordinator
-thread touches `in_flight`, `running`, `ready` and `last_progress`.
+reads as EOF and a send to it fails with EPIPE instead of blocking; results are read without
+blocking (_pipes.MessageReader). Workers start SHIELDED: a group-wide SIGINT or SIGTERM leaves
+them to the parent (workers/spawn.py). Only the coordinator thread touches `in_flight`,
+`running`, `ready` and `last_progress`.
 """
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ import time
 from typing import Any, Iterable
 
 from ..limits import usable_cores
-from ..spawn import SPAWN
+from ..spawn import SHIELDED
 from . import _worker
 from ._messages import EncodeTask, WorkerReady, WorkerSpec
+from ._pipes import MessageReader
 
 
 def plan_devices(devices: str | Iterable[str] | None, model_path: str, dtype: str | None,
@@ -44,13 +47,14 @@ class EncodeProcess:
     def __init__(self, slot: int, spec: WorkerSpec):
         self.slot = slot
         self.spec = spec
-        task_reader, self._task_writer = SPAWN.Pipe(duplex=False)
-        self.results, result_writer = SPAWN.Pipe(duplex=False)
-        self.process = SPAWN.Process(target=_worker.main, args=(spec, task_reader, result_writer),
-                                     name=f"ingest-encode-{slot}", daemon=True)
+        task_reader, self._task_writer = SHIELDED.Pipe(duplex=False)
+        results, result_writer = SHIELDED.Pipe(duplex=False)
+        self.process = SHIELDED.Process(target=_worker.main, args=(spec, task_reader, result_writer),
+                                        name=f"ingest-encode-{slot}", daemon=True)
         self.process.start()
         task_reader.close()
         result_writer.close()
+        self.results = MessageReader(results)
         self.launched = time.monotonic()
         self.ready: WorkerReady | None = None
         self.startup_seconds: float | None = None

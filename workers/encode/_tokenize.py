@@ -6,12 +6,19 @@ sentence-transformers asks of its Hugging Face fast tokenizer (truncation="longe
 max_length=the model's max_seq_length, special tokens added, right side), so the token ids
 are the ones SentenceTransformer.encode would feed the model. The tokenizer.json's own
 truncation and padding settings are replaced, as the fast tokenizer does per call.
+
+A text the tokenizer rejects (a lone surrogate such as "\\ud800" is not a Rust string) fails the
+whole encode_batch: the window is then tokenized text by text in the same task, and the texts it
+rejects come back by position with the error, so each costs only itself. Such an error is
+deterministic and never retried; only a process that died or timed out is (TokenizerPool.transient).
 """
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from itertools import chain
 from typing import Callable
 
@@ -19,7 +26,7 @@ import numpy as np
 from pebble import ProcessExpired, ProcessPool
 
 from ..failure import Failure
-from ..spawn import SPAWN, watch_parent
+from ..spawn import SHIELDED, watch_parent
 from ._messages import BatchPlan, TokenBatch, TokenizedWindow
 
 _tokenizer = None
@@ -52,10 +59,29 @@ def init_tokenizer_process(tokenizer_file: str, max_length: int, threads: int) -
 def tokenize_window(texts: list[str], plan: BatchPlan) -> TokenizedWindow:
     """pebble task: tokenize a window and cut it into batches of similar length."""
     started = time.perf_counter()
-    ids = [enc.ids for enc in _tokenizer.encode_batch(texts)]
+    try:
+        ids = [enc.ids for enc in _tokenizer.encode_batch(texts)]
+        kept, rejected = None, ()
+    except Exception:                           # some text is refused: find it (module docstring)
+        ids, kept, rejected = _one_by_one(texts)
     lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
     flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
-    return TokenizedWindow(bucket_by_length(flat, lengths, _pad_id, plan), time.perf_counter() - started)
+    batches = bucket_by_length(flat, lengths, _pad_id, plan)
+    if kept is not None:                        # positions among the kept texts -> in the window
+        batches = tuple(replace(b, positions=kept[b.positions]) for b in batches)
+    return TokenizedWindow(batches, time.perf_counter() - started, rejected)
+
+
+def _one_by_one(texts: list[str]) -> tuple[list[list[int]], np.ndarray, tuple[tuple[int, str], ...]]:
+    """(ids of the texts the tokenizer takes, their positions, (position, error) of those it rejects)."""
+    ids, kept, rejected = [], [], []
+    for position, text in enumerate(texts):
+        try:
+            ids.append(_tokenizer.encode(text).ids)
+            kept.append(position)
+        except Exception as exc:
+            rejected.append((position, " ".join(f"{type(exc).__name__}: {exc}".split())[:200]))
+    return ids, np.array(kept, dtype=np.int32), tuple(rejected)
 
 
 def bucket_by_length(flat: np.ndarray, lengths: np.ndarray, pad_id: int, plan: BatchPlan) -> tuple[TokenBatch, ...]:
@@ -90,7 +116,7 @@ class TokenizerPool:
 
     def __init__(self, tokenizer_file: str, max_length: int, workers: int, threads: int, timeout_s: float):
         self._options = dict(max_workers=workers, initializer=init_tokenizer_process,
-                             initargs=(tokenizer_file, max_length, threads), context=SPAWN)
+                             initargs=(tokenizer_file, max_length, threads), context=SHIELDED)
         self._timeout_s = timeout_s
         self.restarts = 0
         self._pool = ProcessPool(**self._options)
@@ -106,6 +132,11 @@ class TokenizerPool:
             self._pool = ProcessPool(**self._options)
             future = self._pool.schedule(tokenize_window, args=args, timeout=self._timeout_s)
         future.add_done_callback(done)
+
+    @staticmethod
+    def transient(exc: BaseException) -> bool:
+        """Whether a failed task may succeed if tried again: its process died or timed out (not: it raised)."""
+        return isinstance(exc, (ProcessExpired, TimeoutError, BrokenProcessPool))
 
     def failure(self, exc: BaseException) -> Failure:
         """What a failed task's exception means, as a Failure (its error: one line)."""

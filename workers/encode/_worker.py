@@ -17,7 +17,7 @@ import json
 import multiprocessing as mp
 import os
 import random
-import signal
+import struct
 import sys
 import time
 import traceback
@@ -43,18 +43,19 @@ def fault_hook_active() -> bool:
 
 class FaultHook:
     """Test hook, off unless INGEST_FAULT is set when the worker starts. Its value is a JSON rule
-    or list of rules: {"match": "POISON", "action": "hang|exit|raise|delay|modules", "seconds": 0.3,
+    or list of rules: {"match": "POISON", "action": "hang|stall|exit|raise|delay|modules", "seconds": 0.3,
     "once_file": "/tmp/x", "file": "/tmp/m.json"}. Before each batch, the first rule whose `match`
-    occurs in one of the batch's texts fires: hang sleeps for ever, exit calls os._exit(3), raise
-    raises RuntimeError, delay sleeps uniform(0, seconds), modules writes the names in this
-    process's sys.modules to `file` (JSON). With once_file, a rule fires only in the
+    occurs in one of the batch's texts fires: hang sleeps for ever, stall writes the first bytes of
+    a message to the parent and then sleeps for ever, exit calls os._exit(3), raise raises
+    RuntimeError, delay sleeps uniform(0, seconds), modules writes the names in this process's
+    sys.modules to `file` (JSON). With once_file, a rule fires only in the
     process that creates that file first, so a replacement worker does not hit it again."""
 
     def __init__(self, value: str | None):
         rules = json.loads(value) if value else []
         self.rules = [rules] if isinstance(rules, dict) else rules
 
-    def fire(self, texts: tuple[str, ...] | None) -> None:
+    def fire(self, texts: tuple[str, ...] | None, outbox: Connection) -> None:
         for rule in self.rules:
             if texts is None or not any(rule.get("match", "") in t for t in texts):
                 continue
@@ -64,7 +65,9 @@ class FaultHook:
                 except FileExistsError:
                     continue
             action = rule["action"]
-            if action == "hang":
+            if action == "stall":
+                os.write(outbox.fileno(), struct.pack("!i", 4096) + b"\x80")     # a length, then 1 byte of 4,096
+            if action in ("hang", "stall"):
                 while True:
                     time.sleep(3600)
             if action == "exit":
@@ -232,8 +235,7 @@ def _keep_freed_memory() -> None:
 def main(spec: WorkerSpec, inbox: Connection, outbox: Connection) -> None:
     """Process target: start up, report WorkerReady (or a Failure), then serve batches."""
     watch_parent("encode")
-    _keep_freed_memory()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)       # the parent decides when workers stop
+    _keep_freed_memory()            # stop signals: the parent decides (started SHIELDED, workers/spawn.py)
     where = f"encode worker {spec.device}"
     try:
         device = _resolve_device(spec, outbox)
@@ -306,7 +308,7 @@ def _serve(runner: _Runner | OnnxRunner | NullRunner, inbox: Connection, outbox:
             outbox.send(TaskStarted(task.batch_id))   # before anything that could fail or hang
             started = time.perf_counter()
             try:
-                faults.fire(task.texts)
+                faults.fire(task.texts, outbox)
                 launched.append((task, runner.launch(task), started))
             except Exception as exc:
                 fail(task, exc)

@@ -10,7 +10,11 @@ stripped; a bigger piece is split at the next separator. The guard hard-splits a
 spec.limit at token offsets. Chunks are bounded in tokens, not bytes, and a run of 100+ letters
 without a space is a single [UNK] token, so a chunk over the store's text field (65,535 bytes) is
 cut at character boundaries, and counted. Each chunk's ids are what the encode pool's tokenizer
-(`load_tokenizer(...).encode(text).ids`: [CLS] ... [SEP], truncated to max_seq_length) gives.
+(`load_tokenizer(...).encode(text).ids`: [CLS] ... [SEP], truncated to max_seq_length) gives; with a
+context line (`section_chunks`, see ingest.sections) the ids are those of "<context line>\n<chunk>",
+the line cut at a token's end to `spec.context_room` tokens, while the chunk's text stays the chunk.
+A table section is split by rows (separator "\n", no overlap) within what its header rows leave of
+spec.limit, and each chunk starts with the header rows.
 
 NOTE (tokenize once): a page is tokenized once, with offsets, by `encode_batch` over pieces of
 ~TOKEN_PIECE_CHARS cut at whitespace (one huge string tokenizes at half the speed). When the
@@ -25,11 +29,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
 
+from ingest.sections import Box, Doc, Section, context_line, is_junk, joined_headings
 from ingest.store import TEXT_MAX as MAX_CHUNK_BYTES
 
 SEPARATORS = ("\n\n", "\n", " ", "")
@@ -43,19 +48,25 @@ _GAP = re.compile(r"[ \n]\s*\S")                   # a separator, then the next 
 _ADDITIVE_PRE = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
 _CHARWISE_NORM = {"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents"}
 _EMPTY = np.zeros(0, dtype=np.int32)
+_RULE = re.compile(r"^\|(?: *:?-+:? *\|)+\n?", re.M)      # a Markdown table's header rule
+_PIPES = re.compile(r"(?<!\\)\|")                         # its cell separators (not an escaped \| in a cell)
 
 
 @dataclass(frozen=True, eq=False)
 class PageChunks:
-    """One page's chunks (or one segment's: a part of a page cut at a paragraph, see ingest.load);
+    """One section's chunks (or one segment's: a part of a section cut at a paragraph, see ingest.load);
     page is 1-based, None for formats without pages."""
     page: int | None
     chunks: tuple[str, ...]
-    ids: np.ndarray                  # int32: every chunk's token ids, [CLS] ... [SEP], chunk after chunk
+    ids: np.ndarray                  # int32: every chunk's embedded token ids, [CLS] ... [SEP], chunk after chunk
     lengths: np.ndarray              # int32: tokens per chunk
     title: str | None = None
     cut: int = 0                     # chunks over MAX_CHUNK_BYTES, cut at character boundaries
     segment: int = 0                 # position of this part in its page
+    headings: str = ""               # the heading path, joined by " > " (ingest.sections.joined_headings)
+    element: str = "text"            # "text" | "table"
+    bboxes: tuple[str, ...] = ()     # each chunk's "x0,y0,x1,y1" on its page (PDF points), or () when unknown
+    junk: int = 0                    # chunks skipped as non-language text (ingest.sections.is_junk)
 
 
 @dataclass(frozen=True)
@@ -64,37 +75,112 @@ class ChunkSpec:
     max_seq_length: int
     chunk_tokens: int
     overlap_tokens: int
+    context_tokens: int = 0          # the context line's tokens embedded before each chunk (0: none)
+    skip_junk: bool = False          # skip non-language chunks (ingest.sections.is_junk)
 
     @property
     def limit(self) -> int:          # room left after [CLS] and [SEP]
         return min(self.chunk_tokens, self.max_seq_length - 2)
 
+    @property
+    def context_room(self) -> int:   # the context line's tokens: what the chunk leaves of max_seq_length
+        return max(0, min(self.context_tokens, self.max_seq_length - 2 - self.limit))
+
 
 def page_chunks(page: int | None, text: str, spec: ChunkSpec, title: str | None = None,
                 segment: int = 0) -> PageChunks:
-    """The page's chunks and their token ids, each chunk at most MAX_CHUNK_BYTES of UTF-8."""
+    """The page's chunks and their token ids, each chunk at most MAX_CHUNK_BYTES of UTF-8, with no
+    context line: the plain langchain split (see the module's NOTE)."""
+    return section_chunks(Section(page, segment, text), spec, None, title)
+
+
+def section_chunks(section: Section, spec: ChunkSpec, doc: Doc | None, title: str | None = None) -> PageChunks:
+    """The section's chunks, each embedded under `doc`'s context line for the section's headings (none
+    when `doc` is None); a table's chunks are whole rows, each starting with its header rows."""
     tokens = _tokens(spec.tokenizer_file, spec.max_seq_length)
-    text = text.strip()
+    text = section.text.strip()
+    lead = len(section.text) - len(section.text.lstrip())
+    context = _context_ids(tokens, doc, section.headings, spec.context_room) if doc and text else None
+    header = section.header.strip()
+    split_spec = spec
+    if header:
+        room = spec.limit - tokens.count(header) - tokens.empty
+        if room >= spec.limit // 4:
+            split_spec = replace(spec, chunk_tokens=room, overlap_tokens=0)
+        else:
+            header = ""                               # too big to repeat: the table's rows alone
     chunks: list[str] = []
     ids: list[np.ndarray] = []
-    cut = 0
-    if text:
-        splitter = _Splitter(text, tokens, spec)
-        for chunk, raw in splitter.chunks():
-            if len(chunk) * 4 <= MAX_CHUNK_BYTES or len(chunk.encode()) <= MAX_CHUNK_BYTES:
-                chunks.append(chunk)
-                ids.append(tokens.final(chunk, raw))
-                continue
+    boxes: list[str] = []
+    cut = junk = 0
+    for chunk, raw, a, b in _pieces(text, tokens, split_spec):
+        if chunk is None:
             cut += 1
-            data = chunk.encode()
-            while data:
-                piece = data[:MAX_CHUNK_BYTES].decode(errors="ignore")     # drops a split character's tail bytes
-                chunks.append(piece)
-                ids.append(tokens.final(piece, None))
-                data = data[len(piece.encode()):]
+            continue
+        if spec.skip_junk and is_junk(chunk):
+            junk += 1
+            continue
+        if header:
+            chunk = f"{header}\n{chunk}"
+            ids.append(tokens.final(embedded_table(chunk), None, context))
+        else:
+            ids.append(tokens.final(chunk, raw, context))
+        chunks.append(chunk)
+        if section.boxes:
+            boxes.append(_union(section.boxes, a + lead, b + lead))
     lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
     flat = np.concatenate(ids).astype(np.int32, copy=False) if ids else _EMPTY
-    return PageChunks(page, tuple(chunks), flat, lengths, title, cut, segment)
+    return PageChunks(section.page, tuple(chunks), flat, lengths, doc.title if doc else title, cut, section.index,
+                      joined_headings(section.headings), section.element, tuple(boxes) if section.boxes else (), junk)
+
+
+def _pieces(text: str, tokens: _Tokens, spec: ChunkSpec):
+    """(chunk, its ids without special tokens or None, start, end) for every chunk of `text`; a chunk over
+    MAX_CHUNK_BYTES comes as its pieces cut at character boundaries, after one (None, None, 0, 0) marking the cut."""
+    if not text:
+        return
+    for chunk, raw, a, b in _Splitter(text, tokens, spec).chunks():
+        if len(chunk) * 4 <= MAX_CHUNK_BYTES or len(chunk.encode()) <= MAX_CHUNK_BYTES:
+            yield chunk, raw, a, b
+            continue
+        yield None, None, 0, 0
+        data = chunk.encode()
+        while data:
+            piece = data[:MAX_CHUNK_BYTES].decode(errors="ignore")     # drops a split character's tail bytes
+            yield piece, None, a, b
+            data = data[len(piece.encode()):]
+
+
+def embedded_table(chunk: str) -> str:
+    """What the model sees of a table chunk: its cells without the Markdown pipes and header rule, which
+    would be a third of its tokens, all alike (every table would look like every other to the model)."""
+    return "\n".join(" ".join(_PIPES.sub(" ", row).split()) for row in _RULE.sub("", chunk).splitlines())
+
+
+def _context_ids(tokens: _Tokens, doc: Doc, headings: tuple[str, ...], room: int) -> tuple[str, np.ndarray] | None:
+    """The context line within `room` tokens, with its ids; None when there is no room. Over budget, the
+    title goes first, then the outermost headings: the innermost heading says most about the chunk; a
+    line still too long is cut at a token's end."""
+    if room <= 0:
+        return None
+    title, path = doc.title, headings
+    while True:
+        line = context_line(doc.source, title, path)
+        enc = tokens.plain.encode(line, add_special_tokens=False)
+        if len(enc.ids) <= room or (not title and len(path) <= 1):
+            break
+        title, path = ("", path) if title else ("", path[1:])
+    if len(enc.ids) > room:
+        line = line[:enc.offsets[room - 1][1]]
+    return line, np.asarray(enc.ids[:room], dtype=np.int32)
+
+
+def _union(boxes: tuple[tuple[int, int, Box], ...], a: int, b: int) -> str:
+    """The bounding box of the blocks whose spans meet [a, b), as "x0,y0,x1,y1"."""
+    hit = [box for start, end, box in boxes if start < b and end > a] or [boxes[0][2]]
+    x0, y0 = min(h[0] for h in hit), min(h[1] for h in hit)
+    x1, y1 = max(h[2] for h in hit), max(h[3] for h in hit)
+    return f"{x0:.1f},{y0:.1f},{x1:.1f},{y1:.1f}"
 
 
 def cut_points(text: str, size: int) -> list[int]:
@@ -171,13 +257,14 @@ class _Tokens:
     def _template(self, raw) -> np.ndarray:
         return np.concatenate([self.prefix, np.asarray(raw[:self.keep], dtype=np.int32), self.suffix])
 
-    def final(self, text: str, raw) -> np.ndarray:
-        """The encode pool's ids of `text`; `raw`, when known, its ids without special tokens."""
+    def final(self, text: str, raw, context: tuple[str, np.ndarray] | None = None) -> np.ndarray:
+        """The encode pool's ids of `text` (after the context line and a newline, when given); `raw`,
+        when known, the ids of `text` without special tokens."""
         if not self.additive:
-            return np.asarray(self.exact.encode(text).ids, dtype=np.int32)
+            return np.asarray(self.exact.encode(f"{context[0]}\n{text}" if context else text).ids, dtype=np.int32)
         if raw is None:
             raw = self.plain.encode(text, add_special_tokens=False).ids
-        return self._template(raw)
+        return self._template(np.concatenate([context[1], np.asarray(raw, dtype=np.int32)]) if context else raw)
 
 
 def _additive(cfg: dict) -> bool:
@@ -213,7 +300,7 @@ class _Splitter:
                                             for e, a in zip(encs, points))])
 
     def chunks(self):
-        """(chunk, its ids without special tokens or None) for every chunk of the page, in order."""
+        """(chunk, its ids without special tokens or None, start, end) for every chunk of the text, in order."""
         spans: list[tuple[int, int]] = []
         self._split(0, len(self.text), 0, spans)
         for a, b in spans:
@@ -221,17 +308,17 @@ class _Splitter:
             if self.tokens.additive and self._clean(a) and self._clean(b):
                 lo, hi = np.searchsorted(self.starts, (a, b)).tolist()
                 if hi - lo <= self.limit:
-                    yield chunk, self.ids[lo:hi]
+                    yield chunk, self.ids[lo:hi], a, b
                     continue
             enc = self.tokens.plain.encode(chunk, add_special_tokens=False)
             if len(enc.ids) <= self.limit:
-                yield chunk, enc.ids
+                yield chunk, enc.ids, a, b
                 continue
             for start in range(0, len(enc.ids), self.limit):   # hard split on token offsets
                 offs = enc.offsets[start:start + self.limit]
                 piece = chunk[offs[0][0]:offs[-1][1]].strip()
                 if piece:
-                    yield piece, None
+                    yield piece, None, a + offs[0][0], a + offs[-1][1]
 
     def _clean(self, i: int) -> bool:
         """Whether no word crosses position i (whitespace on one side, or the page's edge)."""

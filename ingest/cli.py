@@ -1,4 +1,4 @@
-"""The `ingest` command line: `ingest run FOLDER` and `ingest search TEXT`.
+"""The `ingest` command line: `ingest run FOLDER`, `ingest search TEXT` and `ingest eval QUESTIONS.jsonl`.
 
 Exit codes of `ingest run`: 0 every supported file was ingested (or unchanged; unsupported
 files are skipped), 1 at least one file failed, 2 the run could not start or stopped on an
@@ -19,6 +19,7 @@ from typing import Any
 from ingest.backends import CHOICES as BACKEND_CHOICES
 
 EXIT_ERROR = 2
+SEARCH_MODES = ("dense", "bm25", "hybrid")     # ingest.store.MODES, without importing the store here
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("query")
     search.add_argument("-k", type=int, default=5, help="number of hits (default 5)")
     search.add_argument("--json", action="store_true", help="print a JSON list of hits")
+    search.add_argument("--mode", choices=SEARCH_MODES,
+                        help="dense (embeddings; the default), bm25 (words) or hybrid (both, rank-fused)")
+    ev = sub.add_parser("eval", parents=[common], help="score search against questions with known sources and pages")
+    ev.add_argument("questions", type=Path, help="JSONL: question, source, optional pages (1-based) per line")
+    ev.add_argument("-k", type=int, default=10, help="also report hit@k (always @5 and @10; default 10)")
+    ev.add_argument("--mode", choices=SEARCH_MODES, help="search mode (default: as ingest search)")
+    ev.add_argument("--json", action="store_true", help="print one JSON object: metrics and per-question results")
     return p
 
 
@@ -117,20 +125,42 @@ def _configured_uri(args: argparse.Namespace) -> str | None:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from ingest.search import search
+    from ingest.search import DEFAULT_MODE, Searcher
 
     cfg = _config(args)
-    hits = search(cfg["store"]["uri"], cfg["store"]["collection"], args.query, args.k,
-                  model=args.model)
+    if args.k < 1:
+        raise _UserError(f"-k must be at least 1, got {args.k}")
+    with Searcher(cfg["store"]["uri"], cfg["store"]["collection"], args.model) as searcher:
+        mode, note = searcher.mode(args.mode or DEFAULT_MODE)
+        if note:
+            print(note, file=sys.stderr)
+        hits = searcher.search([args.query], args.k, mode)[0]
     if args.json:
         print(json.dumps(hits, ensure_ascii=False, indent=1))
         return 0
-    for h in hits:
+    for rank, h in enumerate(hits, 1):
         page = f"p.{h['page']}" if h["page"] else "-"
-        snippet = " ".join(h["text"].split())[:100]
-        print(f"{h['score']:.3f}  {h['source']}  {page}  {snippet}")
+        where = h["title"] + (f"  [{h['headings']}]" if h["headings"] else "")
+        snippet = " ".join(h["text"].split())
+        print(f"{rank:>2}. {h['score']:.4f}  {h['source']}  {page}  {where}")
+        print(f"    {snippet[:200]}{'...' if len(snippet) > 200 else ''}")
     if not hits:
         print("no hits", file=sys.stderr)
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from ingest.evaluate import evaluate, report
+    from ingest.search import DEFAULT_MODE
+
+    cfg = _config(args)
+    if args.k < 1:
+        raise _UserError(f"-k must be at least 1, got {args.k}")
+    result, note = evaluate(cfg["store"]["uri"], cfg["store"]["collection"], args.questions, args.mode or DEFAULT_MODE,
+                            args.k, model=args.model)
+    if note:
+        print(note, file=sys.stderr)
+    print(json.dumps(result, ensure_ascii=False, indent=1) if args.json else report(result))
     return 0
 
 
@@ -189,8 +219,12 @@ def _main(argv: list[str] | None) -> int:
         from ingest.run import RunError      # not for search: ingest.run's imports cost time
 
         errors += (RunError,)
+    if args.command == "eval":
+        from ingest.evaluate import EvalError
+
+        errors += (EvalError,)
     try:
-        return _run(args) if args.command == "run" else _search(args)
+        return {"run": _run, "search": _search, "eval": _eval}[args.command](args)
     except errors as exc:
         print(f"ingest: error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -67,17 +67,21 @@ class Collection:
 
 def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
     """Resolve the model, own the store (Lite: flock, SQLite manifest; server: lease, manifest in the
-    server), choose the backend ("auto": the collection's own), then empty both when `reembed`, else
-    refuse other model, backend or chunking settings."""
+    server), refuse a collection of an older schema unless `reembed` (which rebuilds it), choose the
+    backend ("auto": the collection's own), then empty both when `reembed`, else refuse other model,
+    backend or chunking settings."""
     model = resolve_model(cfg["model"]["name"])
     ch = cfg["chunking"]
-    spec = ChunkSpec(model.tokenizer_file, model.max_seq_length, ch["chunk_tokens"], ch["overlap_tokens"])
+    spec = ChunkSpec(model.tokenizer_file, model.max_seq_length, ch["chunk_tokens"], ch["overlap_tokens"],
+                     ch["context_tokens"], ch["skip_junk"])
     store = Store(cfg["store"]["uri"], cfg["store"]["collection"], cfg["store"]["timeout_s"])
     with ExitStack() as undo:                  # on any error, give back what was taken
         undo.callback(store.close)
         store.lock()                           # a no-op for a server
         store.serve()                          # Lite: its server in a host process of its own (ingest.lite_host)
         _refuse_foreign(store, reembed)
+        if not reembed and store.exists() and store.schema()[0] < Store.SCHEMA_VERSION:
+            raise StoreError(store.upgrade_message())      # before the lease, the manifest or the settings check
         recorded = None if reembed else store.recorded()
         backend = choose(cfg["model"]["backend"], model, recorded[2] if recorded else None, cfg["model"]["devices"])
         if recorded and recorded[0] == model.name and recorded[2] != backend:
@@ -85,7 +89,8 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
                              "rerun with --reembed to re-embed everything, or use another --collection")
         model_file(model, backend)             # an ONNX backend: exported (once) and guarded, or refused now
         shared = {"model": model.name, "chunk_tokens": ch["chunk_tokens"], "overlap_tokens": ch["overlap_tokens"],
-                  "max_seq_length": model.max_seq_length}
+                  "max_seq_length": model.max_seq_length, "context_tokens": ch["context_tokens"],
+                  "skip_junk": ch["skip_junk"]}
         if backend != "torch":                 # torch collections keep the settings they had before backends
             shared["backend"] = backend
         settings = json.dumps(shared, sort_keys=True)

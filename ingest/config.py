@@ -22,7 +22,7 @@ DEFAULTS: dict[str, Any] = {
     "model": {"name": "default", "backend": "auto", "devices": "auto", "dtype": "auto", "batch_size": "auto",
               "max_batch_tokens": "auto", "compile": False, "tokenizer_workers": "auto", "timeout_s": 300.0,
               "max_attempts": 3},
-    "chunking": {"chunk_tokens": 200, "overlap_tokens": 30},
+    "chunking": {"chunk_tokens": 200, "overlap_tokens": 30, "context_tokens": 48, "skip_junk": True},
     "store": {"uri": "./ingest.db", "collection": "documents", "batch_size": 512, "timeout_s": 60.0,
               "writers": 1},
     "run": {"max_files_in_flight": 32, "max_chunks_in_flight": "auto", "follow_symlinks": "inside", "report": "",
@@ -35,7 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "loaders": {
         "plugins": [],
         "txt": {"workers": "auto", "timeout_s": 60.0},
-        "pdf": {"workers": "auto", "timeout_s": 120.0, "ocr": "auto", "passwords": []},
+        "pdf": {"workers": "auto", "timeout_s": 120.0, "ocr": "auto", "passwords": [], "tables": "auto"},
         "ocr": {"workers": 2, "timeout_s": 60.0, "dpi": 200, "backend": "rapidocr",
                 "paddle_model_dir": ""},
         "docx": {"workers": "auto", "timeout_s": 60.0},
@@ -48,11 +48,12 @@ CHOICES = {
     "model.dtype": ("auto", "float32", "float16", "bfloat16"),
     "model.backend": BACKEND_CHOICES,
     "loaders.pdf.ocr": ("auto", "always", "never"),
+    "loaders.pdf.tables": ("auto", "always", "never"),
     "loaders.ocr.backend": ("rapidocr", "paddleocr"),
     "run.follow_symlinks": ("inside", "all", "none"),
     "run.engine": ("local", "ray"),
 }
-ZERO_OK = ("chunking.overlap_tokens", "limits.worker_memory_mb", "ray.cpus")   # integers where 0 is allowed (0 = off)
+ZERO_OK = ("chunking.overlap_tokens", "chunking.context_tokens", "limits.worker_memory_mb", "ray.cpus")   # integers where 0 is allowed (0 = off)
 # "auto" or a positive integer
 AUTO_INT = ("model.batch_size", "model.max_batch_tokens", "model.tokenizer_workers", "run.max_chunks_in_flight",
             "ray.encode_actors", *(f"loaders.{p}.workers" for p in ("txt", "pdf", "docx", "pptx")))
@@ -153,7 +154,7 @@ def loader_options(cfg: dict[str, Any]) -> LoaderOptions:
     return LoaderOptions(max_text_mb=cfg["limits"]["max_text_mb"], max_unzipped_mb=cfg["limits"]["max_unzipped_mb"],
                          pdf_ocr=pdf["ocr"], passwords=tuple(pdf["passwords"]),
                          convert_timeout_s=cfg["loaders"]["legacy"]["convert_timeout_s"],
-                         max_image_mp=cfg["limits"]["max_image_mp"])
+                         max_image_mp=cfg["limits"]["max_image_mp"], pdf_tables=pdf["tables"])
 
 
 def ocr_options(cfg: dict[str, Any]) -> OcrOptions:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
-from ingest.files import INTERRUPTED, Finished
+from ingest.files import INTERRUPTED, Finished, Row
 from ingest.model_ref import ModelRef
 from ingest.workers.encode import WINDOW_MAX, WINDOW_MIN, Pretokenized
 from ingest.write import Writer
@@ -41,7 +41,7 @@ class Part:
     """Chunks [start, start + len(chunks)) of a file: the key of one group in the encode pool."""
     file: Finished
     start: int
-    chunks: list[tuple[int | None, str]]     # (page, text)
+    chunks: list[Row]
     last: bool                                # the file's final part
 
 
@@ -151,7 +151,7 @@ class EncodeStage:
                 yield Part(file, start, chunks, last), tokens
 
 
-def file_parts(file: Finished) -> Iterator[tuple[int, list[tuple[int | None, str]], Pretokenized, bool]]:
+def file_parts(file: Finished) -> Iterator[tuple[int, list[Row], Pretokenized, bool]]:
     """(start, chunks, their texts and ids, last) for each part of up to GROUP_CHUNKS chunks of the file;
     one empty part for a file without chunks."""
     items = file.chunk_texts()
@@ -164,7 +164,7 @@ def file_parts(file: Finished) -> Iterator[tuple[int, list[tuple[int | None, str
         chunks = items[start:start + GROUP_CHUNKS]
         stop = start + len(chunks)
         first = int(ends[start - 1]) if start else 0
-        tokens = Pretokenized([t for _, t in chunks], ids[first:int(ends[stop - 1])], lengths[start:stop])
+        tokens = Pretokenized([row.text for row in chunks], ids[first:int(ends[stop - 1])], lengths[start:stop])
         yield start, chunks, tokens, stop >= len(items)
 
 

@@ -8,10 +8,22 @@ chunks to embed and store, in page order, with their token ids.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from ingest.chunk import PageChunks
+
+
+class Row(NamedTuple):
+    """One chunk as the store keeps it (with its file's source, format and hash, added by the writer)."""
+    page: int | None
+    text: str
+    title: str
+    headings: str                      # the heading path, joined by " > "
+    element: str                       # "text" | "table"
+    bbox: str                          # "x0,y0,x1,y1" on its page, or ""
+
 
 INTERRUPTED = "interrupted before it was written; rerun to ingest it"
 
@@ -36,6 +48,7 @@ class Outcome:
     ocr_pages: int = 0
     warnings: tuple[str, ...] = ()
     seconds: float = 0.0               # loading and OCR, summed over processes
+    junk: int = 0                      # chunks skipped as non-language text (base64, hex, binary)
 
 
 @dataclass(frozen=True)
@@ -47,9 +60,10 @@ class Finished:
     record: bool = False                # write a manifest entry once the rows are stored
     drop: bool = False                  # remove the rows and entry of an earlier version (now skipped)
 
-    def chunk_texts(self) -> list[tuple[int | None, str]]:
-        """(page, text) for every chunk, in page order, then chunk order."""
-        return [(p.page, text) for p in self.pages for text in p.chunks]
+    def chunk_texts(self) -> list[Row]:
+        """A Row for every chunk, in page order, then chunk order."""
+        return [Row(p.page, text, p.title or "", p.headings, p.element, p.bboxes[i] if p.bboxes else "")
+                for p in self.pages for i, text in enumerate(p.chunks)]
 
     def token_ids(self) -> tuple[np.ndarray, np.ndarray]:
         """(every chunk's ids, one after another; tokens per chunk), both int32, in chunk_texts() order."""

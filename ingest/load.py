@@ -28,12 +28,13 @@ from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, cut_points, page_chunks
+from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, cut_points, section_chunks
 from ingest.config import ConfigError
 from ingest.files import FileRef, Finished, Outcome
 from ingest.manifest import Entry
+from ingest.sections import Doc, Outline, Section, document_title, page_sections
 from ingest.sniff import sniff
-from ingest.loaders import LoaderError, LoaderOptions, OcrOptions, Unsupported, formats, loader_for, pool_for
+from ingest.loaders import LoaderError, LoaderOptions, OcrOptions, Page, Unsupported, formats, loader_for, pool_for
 from ingest.store import FORMAT_MAX
 from ingest.workers.failure import Failure
 from ingest.workers.limits import limit_memory
@@ -53,31 +54,25 @@ class LoadTask:
     options: LoaderOptions
     spec: ChunkSpec
     known_hash: str = ""           # the manifest's hash: equal content returns early as unchanged
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A page's text, or a part of it cut at a paragraph break, still to chunk."""
-    page: int | None
-    index: int                     # position in its page
-    text: str
-    title: str | None = None
+    source: str = ""               # the path relative to the folder: the chunks' context line
 
 
 @dataclass(frozen=True)
 class Loaded:
     file_hash: str
     pages: tuple[PageChunks, ...]
-    ocr_pages: tuple[int, ...]     # pages still to OCR
+    ocr_pages: tuple[tuple[int, tuple[str, ...]], ...]   # pages still to OCR, with the heading path where they start
     seconds: float
     unchanged: bool = False
-    segments: tuple[tuple[Segment, ...], ...] = ()     # text still to chunk: one chunk task per group
+    segments: tuple[tuple[Section, ...], ...] = ()     # text still to chunk: one chunk task per group
+    doc: Doc | None = None
 
 
 @dataclass(frozen=True)
 class ChunkTask:
-    segments: tuple[Segment, ...]
+    segments: tuple[Section, ...]
     spec: ChunkSpec
+    doc: Doc
 
 
 @dataclass(frozen=True)
@@ -129,25 +124,40 @@ def load_file(task: LoadTask) -> Loaded | Failure:
             return Loaded(digest, (), (), time.perf_counter() - start, unchanged=True)
         pages, ocr, rest = [], [], []
         chunked = 0
+        doc, outline = None, Outline()
         for page in loader_for(task.fmt)(Path(task.path), task.options):
+            doc = doc or Doc(task.source, document_title(page, task.source))
             if page.needs_ocr:
-                ocr.append(page.number)
+                ocr.append((page.number, outline.path))
                 continue
-            points = cut_points(page.text, SEGMENT_CHARS)
-            for i, (a, b) in enumerate(zip(points, points[1:])):
-                if not rest and (not chunked or chunked + b - a <= SEGMENT_CHARS):
-                    pages.append(page_chunks(page.number, page.text[a:b], task.spec, page.title, i))
-                    chunked += b - a
-                else:
-                    rest.append(Segment(page.number, i, page.text[a:b], page.title))
-        return Loaded(digest, tuple(pages), tuple(ocr), time.perf_counter() - start, segments=_groups(rest))
+            index = 0
+            for section in page_sections(page, outline):
+                for part in _parts(section, index):
+                    if not rest and (not chunked or chunked + len(part.text) <= SEGMENT_CHARS):
+                        pages.append(section_chunks(part, task.spec, doc))
+                        chunked += len(part.text)
+                    else:
+                        rest.append(part)
+                    index += 1
+        doc = doc or Doc(task.source, document_title(Page(None, ""), task.source))
+        return Loaded(digest, tuple(pages), tuple(ocr), time.perf_counter() - start, segments=_groups(rest), doc=doc)
     except Exception as exc:
         return task_failure(f"{task.fmt} loader", exc)
 
 
-def _groups(segments: list[Segment]) -> tuple[tuple[Segment, ...], ...]:
+def _parts(section: Section, index: int) -> list[Section]:
+    """The section cut into parts of about SEGMENT_CHARS at paragraph breaks, numbered on from `index` in its page."""
+    points = cut_points(section.text, SEGMENT_CHARS)
+    if len(points) == 2:
+        return [replace(section, index=index)]
+    return [replace(section, index=index + i, text=section.text[a:b],
+                    boxes=tuple((s - a, e - a, box) for s, e, box in section.boxes if s < b and e > a))
+            for i, (a, b) in enumerate(zip(points, points[1:]))]
+
+
+def _groups(segments: list[Section]) -> tuple[tuple[Section, ...], ...]:
     """Consecutive segments in groups of up to SEGMENT_CHARS characters (or one bigger segment)."""
-    groups: list[list[Segment]] = []
+    groups: list[list[Section]] = []
     size = 0
     for segment in segments:
         if not groups or size + len(segment.text) > SEGMENT_CHARS:
@@ -162,7 +172,7 @@ def chunk_segments(task: ChunkTask) -> Chunked | Failure:
     """In a loader worker: chunk a group of segments."""
     start = time.perf_counter()
     try:
-        pages = tuple(page_chunks(s.page, s.text, task.spec, s.title, s.index) for s in task.segments)
+        pages = tuple(section_chunks(s, task.spec, task.doc) for s in task.segments)
         return Chunked(pages, time.perf_counter() - start)
     except Exception as exc:
         return task_failure("chunking", exc)
@@ -219,13 +229,15 @@ def drop_if_skipped(file: Finished, known: Mapping[str, Entry]) -> Finished:
 def submit(pools: Pools, ref: FileRef, options: LoaderOptions, spec: ChunkSpec, known_hash: str) -> Future:
     """Load `ref` in the pool of its format: a Future of Loaded or Failure."""
     extra_s = options.convert_timeout_s if ref.fmt in LEGACY_FORMATS else 0.0
-    return pools.submit(pool_for(ref.fmt), load_file, LoadTask(ref.path, ref.fmt, options, spec, known_hash), extra_s)
+    task = LoadTask(ref.path, ref.fmt, options, spec, known_hash, ref.source)
+    return pools.submit(pool_for(ref.fmt), load_file, task, extra_s)
 
 
-def fan_out(pools: Pools, fmt: str, groups: tuple[tuple[Segment, ...], ...],
-            spec: ChunkSpec) -> list[tuple[int, Future]]:
+def fan_out(pools: Pools, fmt: str, groups: tuple[tuple[Section, ...], ...], spec: ChunkSpec,
+            doc: Doc) -> list[tuple[int, Future]]:
     """One chunk task per group of segments, in the pool of the file's format: (task, Future of Chunked or Failure)."""
-    return [(n, pools.submit(pool_for(fmt), chunk_segments, ChunkTask(group, spec))) for n, group in enumerate(groups)]
+    return [(n, pools.submit(pool_for(fmt), chunk_segments, ChunkTask(group, spec, doc)))
+            for n, group in enumerate(groups)]
 
 
 def after_load(ref: FileRef, result: Loaded | Failure, old_hash: str | None,
@@ -250,8 +262,8 @@ def load_whole(pools: Pools, job: Job, options: LoaderOptions, ocr_options: OcrO
     state = after_load(ref, submit(pools, ref, options, spec, job.known_hash).result(), job.old_hash, job.known_chunks)
     if isinstance(state, Finished):
         return state
-    parts = ocr.fan_out(pools, ref.path, state.ocr_pages_todo, ocr_options, spec)
-    for task, future in fan_out(pools, ref.fmt, state.segments, spec):
+    parts = ocr.fan_out(pools, ref.path, state.ocr_pages_todo, ocr_options, spec, state.doc)
+    for task, future in fan_out(pools, ref.fmt, state.segments, spec, state.doc):
         state.add_chunks(task, future.result())
     for page, future in parts:
         state.add_ocr(page, future.result())
@@ -265,8 +277,8 @@ class Pages:
         self.ref = replace(ref, file_hash=loaded.file_hash)
         self.old_hash = old_hash
         self.pages = list(loaded.pages)
-        self.ocr_pages_todo, self.segments = loaded.ocr_pages, loaded.segments
-        self.pending = {("ocr", p) for p in loaded.ocr_pages} | {("chunk", n) for n in range(len(loaded.segments))}
+        self.ocr_pages_todo, self.segments, self.doc = loaded.ocr_pages, loaded.segments, loaded.doc
+        self.pending = {("ocr", p) for p, _ in loaded.ocr_pages} | {("chunk", n) for n in range(len(loaded.segments))}
         self.ocr_pages = len(loaded.ocr_pages)
         self.warnings: list[str] = list(ref.warnings)
         self.ocr_failures: list[str] = []
@@ -279,7 +291,7 @@ class Pages:
             self.warnings.append(self.ocr_failures[-1])
         else:
             self.seconds += result.seconds
-            self.pages.append(result.page)
+            self.pages.extend(result.pages)
         self.pending.discard(("ocr", page))
 
     def add_chunks(self, task: int, result: Chunked | Failure) -> None:
@@ -297,12 +309,14 @@ class Pages:
         if cut := sum(p.cut for p in pages):
             self.warnings.append(f"{cut} chunk(s) longer than the store's {MAX_CHUNK_BYTES:,}-byte text field "
                                  "(text without spaces?) were cut into pieces")
+        if junk := sum(p.junk for p in pages):
+            self.warnings.append(f"{junk} chunk(s) of non-language text (base64, hex or binary runs) skipped, not embedded")
         warnings = tuple(self.warnings)
         error = self.chunk_failure or (self.ocr_failures[0] if chunks == 0 and self.ocr_failures else None)
         if error:
             return Finished(self.ref, Outcome("failed", error, ocr_pages=self.ocr_pages, warnings=warnings,
                                               seconds=self.seconds))
-        if chunks == 0:
+        if chunks == 0 and not junk:
             warnings += ("no text found",)
-        outcome = Outcome("ingested", None, chunks, self.ocr_pages, warnings, self.seconds)
+        outcome = Outcome("ingested", None, chunks, self.ocr_pages, warnings, self.seconds, junk)
         return Finished(self.ref, outcome, pages, self.old_hash, record=True)

@@ -11,8 +11,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest.chunk import ChunkSpec, PageChunks, page_chunks
+from ingest.chunk import ChunkSpec, PageChunks, section_chunks
 from ingest.load import task_failure
+from ingest.sections import Doc, Outline, page_sections
 from ingest.loaders import OcrOptions
 from ingest.workers.failure import Failure
 from ingest.workers.pool import Pools
@@ -26,11 +27,13 @@ class OcrTask:
     page: int
     options: OcrOptions
     spec: ChunkSpec
+    doc: Doc
+    headings: tuple[str, ...]       # the heading path in effect where the page starts
 
 
 @dataclass(frozen=True)
 class OcrDone:
-    page: PageChunks
+    pages: tuple[PageChunks, ...]   # the page's sections, chunked
     seconds: float
 
 
@@ -41,13 +44,14 @@ def ocr_page(task: OcrTask) -> OcrDone | Failure:
     start = time.perf_counter()
     try:
         page = recognize(Path(task.path), task.page, task.options)
-        chunks = page_chunks(task.page, page.text, task.spec, page.title)
-        return OcrDone(chunks, time.perf_counter() - start)
+        sections = page_sections(page, Outline(task.headings))
+        return OcrDone(tuple(section_chunks(s, task.spec, task.doc) for s in sections), time.perf_counter() - start)
     except Exception as exc:
         return task_failure(f"OCR of page {task.page}", exc)
 
 
-def fan_out(pools: Pools, path: str, pages: tuple[int, ...], options: OcrOptions,
-            spec: ChunkSpec) -> list[tuple[int, Future]]:
-    """One OCR task per page: (page, Future of OcrDone or Failure)."""
-    return [(page, pools.submit(POOL, ocr_page, OcrTask(path, page, options, spec))) for page in pages]
+def fan_out(pools: Pools, path: str, pages: tuple[tuple[int, tuple[str, ...]], ...], options: OcrOptions,
+            spec: ChunkSpec, doc: Doc) -> list[tuple[int, Future]]:
+    """One OCR task per (page, its heading path): (page, Future of OcrDone or Failure)."""
+    return [(page, pools.submit(POOL, ocr_page, OcrTask(path, page, options, spec, doc, headings)))
+            for page, headings in pages]

@@ -23,7 +23,7 @@ import numpy as np
 
 from ingest.chunk import ChunkSpec
 from ingest.encode import chunk_failure_text, file_parts, make_pool
-from ingest.files import Finished
+from ingest.files import Finished, Row
 from ingest.load import Job, import_plugins, init_loader_process, load_whole
 from ingest.loaders import LoaderOptions, OcrOptions
 from ingest.model_ref import ModelRef
@@ -42,7 +42,7 @@ class Part:
     index: int
     count: int
     start: int
-    chunks: tuple[tuple[int | None, str], ...]      # (page, text)
+    chunks: tuple[Row, ...]
     tokens: Pretokenized | None
     vectors: np.ndarray | None = None
     error: str | None = None                         # its chunks could not be encoded: the file fails

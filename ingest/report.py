@@ -23,6 +23,8 @@ def file_entry(file: Finished) -> dict[str, Any]:
         entry["error"] = o.error
     if o.ocr_pages:
         entry["ocr_pages"] = o.ocr_pages
+    if o.junk:
+        entry["junk_chunks"] = o.junk
     if o.warnings:
         entry["warnings"] = list(o.warnings)
     return entry
@@ -35,7 +37,7 @@ def build_report(files: list[Finished], seconds: float, stages: dict[str, float]
     return {
         "files": [file_entry(f) for f in files],
         "totals": {"files": len(files), "by_status": dict(by_status), "by_format": dict(by_format),
-                   "chunks": written, "seconds": round(seconds, 2),
+                   "chunks": written, "junk_chunks": sum(f.outcome.junk for f in files), "seconds": round(seconds, 2),
                    "chunks_per_s": {k: round(v, 1) for k, v in stages.items()}, **extra},
     }
 

@@ -294,9 +294,10 @@ class Run:
         if isinstance(state, Finished):
             return self._complete(state)
         pages = self._pending[event.seq] = state
-        for page, future in ocr.fan_out(self.pools, ref.path, pages.ocr_pages_todo, self.ocr_options, self.col.spec):
+        todo = pages.ocr_pages_todo
+        for page, future in ocr.fan_out(self.pools, ref.path, todo, self.ocr_options, self.col.spec, pages.doc):
             future.add_done_callback(lambda f, p=page: self.events.put(OcrPageDone(event.seq, p, f.result())))
-        for task, future in load.fan_out(self.pools, ref.fmt, pages.segments, self.col.spec):
+        for task, future in load.fan_out(self.pools, ref.fmt, pages.segments, self.col.spec, pages.doc):
             future.add_done_callback(lambda f, t=task: self.events.put(ChunksDone(event.seq, t, f.result())))
         if not pages.pending:
             self._complete(pages.finish())

@@ -1,59 +1,125 @@
-"""`ingest search`: embed the query with the collection's own model and backend, then a COSINE search.
+"""`ingest search`: dense (the query embedded with the collection's own model and backend, COSINE),
+BM25 (Milvus' full-text search on each chunk's context line and text) or hybrid (both lists fused by
+reciprocal rank).
 
 ONNX and OpenVINO collections embed the query in this process with their own export and runtime:
 no torch, no sentence-transformers, so a search answers in about a second. A torch collection uses the ONNX
 fp32 export when its guard passed (cosine >= 0.9999 to torch on the probe texts; exported once,
-on the first search), else torch itself.
+on the first search), else torch itself. A BM25 search embeds nothing. Collections without BM25 (made
+before schema 2, or on a Milvus without BM25 functions) answer every mode with dense hits and a note.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+import numpy as np
 
 from ingest.backends import BackendError, model_file
 from ingest.model_ref import ModelRef, resolve_model
-from ingest.store import Store, StoreError, is_local
+from ingest.store import MODES, Store, StoreError, is_local
+
+DEFAULT_MODE = "dense"      # measured best on the retrieval dev set (docs/retrieval.md)
+QUERY_BATCH = 64          # queries embedded per batch (eval)
 
 
-def search(uri: str, collection: str, query: str, k: int, model: str | None = None) -> list[dict[str, Any]]:
-    """The k nearest chunks to `query`. A store or collection that does not exist is a StoreError (one
-    line), and nothing is created: a Milvus Lite path is checked before the store is opened."""
-    if is_local(uri) and not Path(uri).exists():
-        raise StoreError(f"no store at {uri}; ingest a folder into it first: ingest run FOLDER --store {uri}")
-    store = Store(uri, collection)
-    store.lock()
-    try:
-        recorded = store.recorded()
-        if recorded is None and store.exists():
-            raise StoreError(f"collection {collection!r} in {uri} was not made by ingest; choose another --collection")
-        if recorded is None:
-            raise StoreError(f"no collection {collection!r} in {uri}; ingest a folder into it first: "
-                             f"ingest run FOLDER --store {uri} --collection {collection}")
-        if recorded[2] == "null":
-            raise StoreError(f"collection {collection!r} in {uri} holds constant vectors of the null backend (a "
-                             "measurement): nothing to search; rerun with --reembed and a real backend")
-        ref = resolve_model(model or recorded[0])
-        return store.search(embed_query(ref, recorded[2], query).tolist(), k)
-    finally:
-        store.close()
+class QueryEncoder:
+    """Embeds queries as `backend` embeds chunks (normalized float32 rows); the model is resolved and
+    loaded on first use and kept, so many queries cost one load (and a BM25 search none)."""
+
+    def __init__(self, model: str | ModelRef, backend: str):
+        self.model, self.backend = model, backend
+        self._embed = None
+
+    def embed(self, queries: Sequence[str]) -> np.ndarray:
+        if self._embed is None:
+            self._embed = self._load()
+        parts = [self._embed(list(queries[i:i + QUERY_BATCH])) for i in range(0, len(queries), QUERY_BATCH)]
+        return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+
+    def _load(self):
+        ref = self.model if isinstance(self.model, ModelRef) else resolve_model(self.model)
+        path = model_file(ref, self.backend) if self.backend != "torch" else _fp32_if_exact(ref)
+        if path:
+            from ingest.workers.encode.onnx_model import OnnxModel, runtime_for, tokenize
+
+            model = OnnxModel(path, threads=os.cpu_count() or 1, runtime=runtime_for(self.backend))
+            return lambda texts: model.embed(*tokenize(ref.tokenizer_file, ref.max_seq_length, texts), normalize=True)
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+        st = SentenceTransformer(ref.path, device="cpu")
+        return lambda texts: st.encode(texts, normalize_embeddings=True)
 
 
-def embed_query(ref: ModelRef, backend: str, query: str):
+def embed_query(ref: ModelRef, backend: str, query: str) -> np.ndarray:
     """The normalized embedding of `query` as `backend` makes it (float32, dim)."""
-    path = model_file(ref, backend) if backend != "torch" else _fp32_if_exact(ref)
-    if path:
-        from ingest.workers.encode.onnx_model import OnnxModel, runtime_for, tokenize
+    return QueryEncoder(ref, backend).embed([query])[0]
 
-        ids, lengths = tokenize(ref.tokenizer_file, ref.max_seq_length, [query])
-        model = OnnxModel(path, threads=os.cpu_count() or 1, runtime=runtime_for(backend))
-        return model.embed(ids, lengths, normalize=True)[0]
-    from sentence_transformers import SentenceTransformer
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    return SentenceTransformer(ref.path, device="cpu").encode([query], normalize_embeddings=True)[0]
+class Searcher:
+    """An open collection to search (a context manager): checked to exist and be ingest's. A Milvus Lite
+    path that does not exist is a StoreError (one line), and nothing is created."""
+
+    def __init__(self, uri: str, collection: str, model: str | None = None, encoder: QueryEncoder | None = None):
+        if is_local(uri) and not Path(uri).exists():
+            raise StoreError(f"no store at {uri}; ingest a folder into it first: ingest run FOLDER --store {uri}")
+        self.store = Store(uri, collection)
+        try:
+            self.store.lock()
+            recorded = self.store.recorded()
+            if recorded is None and self.store.exists():
+                raise StoreError(f"collection {collection!r} in {uri} was not made by ingest; choose another --collection")
+            if recorded is None:
+                raise StoreError(f"no collection {collection!r} in {uri}; ingest a folder into it first: "
+                                 f"ingest run FOLDER --store {uri} --collection {collection}")
+            self.backend = recorded[2]
+            self.schema, self.bm25 = self.store.schema()
+            self.encoder = encoder or QueryEncoder(model or recorded[0], self.backend)
+        except BaseException:
+            self.store.close()
+            raise
+
+    def mode(self, asked: str) -> tuple[str, str]:
+        """(the mode this collection can answer `asked` with, a one-line note when it differs, else "")."""
+        if asked not in MODES:
+            raise StoreError(f"unknown search mode {asked!r}; use one of {', '.join(MODES)}")
+        mode, note = asked, ""
+        if asked != "dense" and not self.bm25:
+            why = "was made by an older ingest (rerun `ingest run` with --reembed to add BM25)" if self.schema < 2 \
+                else "is on a Milvus without BM25 full-text search"
+            mode, note = "dense", f"note: collection {self.store.collection!r} {why}: {asked} search answered by dense search"
+        if mode != "bm25" and self.backend == "null":
+            raise StoreError(f"collection {self.store.collection!r} in {self.store.uri} holds constant vectors of the "
+                             "null backend (a measurement): nothing to search densely; use --mode bm25 where the "
+                             "collection has BM25, or rerun with --reembed and a real backend")
+        return mode, note
+
+    def search(self, queries: Sequence[str], k: int, mode: str) -> list[list[dict[str, Any]]]:
+        """The k best hits of each query, in `mode` (one the collection answers: see `mode`); the
+        queries are embedded together, in batches."""
+        vectors = self.encoder.embed(queries) if mode != "bm25" else [None] * len(queries)
+        return [self.store.search(None if v is None else v.tolist(), k, mode, q) for q, v in zip(queries, vectors)]
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Searcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def search(uri: str, collection: str, query: str, k: int, model: str | None = None,
+           mode: str = DEFAULT_MODE) -> list[dict[str, Any]]:
+    """The k best chunks for `query` (see `Store.search` for a hit's fields); a mode the collection
+    cannot answer falls back to dense silently (use `Searcher.mode` for the note)."""
+    with Searcher(uri, collection, model) as s:
+        return s.search([query], k, s.mode(mode)[0])[0]
 
 
 def _fp32_if_exact(ref: ModelRef) -> str:

@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from ingest.lite_host import LiteHost, LiteServer
+from ingest.schema import (BBOX_MAX, ELEMENT_MAX, FORMAT_MAX, HEADINGS_MAX, SOURCE_MAX, TEXT_MAX,  # noqa: F401 (the
+                           TITLE_MAX, Columns, collection_schema, upsert_request)              # field sizes' home)
 
 PROPS_MODEL, PROPS_DIM, PROPS_BACKEND = "ingest.model", "ingest.dim", "ingest.backend"
-TEXT_MAX = 65535          # bytes of UTF-8 in a chunk's text
-SOURCE_MAX = 4096         # bytes of UTF-8 in a file's source path
-FORMAT_MAX = 16           # bytes in a format name
+PROPS_SCHEMA, PROPS_BM25 = "ingest.schema", "ingest.bm25"    # absent: schema 1 (before titles and BM25)
+MODES = ("dense", "bm25", "hybrid")
+RRF_K = 60                # reciprocal-rank fusion: a hit's score is the sum of 1 / (RRF_K + its rank) over the lists
 
 
 # No keepalive pings on an idle connection, and one a minute during a call: Milvus Lite's gRPC server
@@ -61,20 +61,6 @@ class Endpoint:
     timeout_s: float
 
 
-@dataclass(frozen=True, eq=False)
-class Columns:
-    """Rows to upsert, one sequence per field of the collection (see `ensure_collection`). The chunker
-    and the scan keep texts, sources and formats within TEXT_MAX, SOURCE_MAX and FORMAT_MAX bytes."""
-    ids: Sequence[str]
-    vectors: np.ndarray              # float32, (rows, dim)
-    texts: Sequence[str]
-    sources: Sequence[str]
-    pages: Sequence[int]             # 0 when the format has no pages
-    chunks: Sequence[int]
-    formats: Sequence[str]
-    file_hashes: Sequence[str]
-
-
 def quote(value: str) -> str:
     """A Milvus filter string literal (Milvus Lite has no filter_params templating). Tested safe for
     quotes, backslashes, newlines, tabs and emoji; other control characters are refused by Milvus'
@@ -89,6 +75,8 @@ class Store:
     rows' files by the writer); if not, the store is unreachable or stalled (StoreError: the run
     stops with one line, exit 2, and a rerun resumes from the manifest). An upsert answered with
     a non-zero status, or with a value its field cannot hold, is refused too."""
+
+    SCHEMA_VERSION = 2      # recorded as ingest.schema; collections without it are schema 1
 
     def __init__(self, uri: str, collection: str, timeout_s: float = 60.0, address: str | None = None):
         self.uri = uri
@@ -228,12 +216,27 @@ class Store:
     def recorded(self) -> tuple[str, int, str] | None:
         """(model, dim, backend) of a collection ingest made (backend "torch" when not recorded:
         collections made before backends existed); None if missing or not ingest's."""
-        if not self.exists():
-            return None
-        props = self.call("describe the collection", "describe_collection", self.collection).get("properties") or {}
-        if PROPS_MODEL not in props:
+        props = self._properties()
+        if props is None or PROPS_MODEL not in props:
             return None
         return props[PROPS_MODEL], int(props.get(PROPS_DIM, 0)), props.get(PROPS_BACKEND, "torch")
+
+    def schema(self) -> tuple[int, bool]:
+        """(schema version, has BM25) of an existing collection: (1, False) for one made before
+        schema 2 (no title, headings, element, bbox or BM25 fields)."""
+        props = self._properties() or {}
+        version = int(props.get(PROPS_SCHEMA, 1))
+        return version, version >= 2 and props.get(PROPS_BM25, "1") == "1"
+
+    def _properties(self) -> dict[str, str] | None:
+        if not self.exists():
+            return None
+        return self.call("describe the collection", "describe_collection", self.collection).get("properties") or {}
+
+    def upgrade_message(self) -> str:
+        """The one line refusing to write to a schema-1 collection."""
+        return (f"collection {self.collection!r} in {self.uri} was made by an older ingest (schema 1); rerun with "
+                "--reembed to upgrade it to the new schema (titles, sections, BM25): nothing was changed")
 
     def ensure_collection(self, model: str, dim: int, backend: str) -> None:
         """Create the collection on first use; refuse one built with another model, dimension or backend."""
@@ -247,27 +250,28 @@ class Store:
                     f"collection {self.collection!r} holds {recorded[0]} vectors (dim {recorded[1]}, backend "
                     f"{recorded[2]}), not {model} (dim {dim}, backend {backend}); rerun with --reembed to "
                     "replace them, or use another --collection")
+            if self.schema()[0] < self.SCHEMA_VERSION:
+                raise StoreError(self.upgrade_message())
             self.call("load the collection", "load_collection", self.collection)
             return
-        from pymilvus import DataType, MilvusClient
-
-        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
-        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
-        schema.add_field("text", DataType.VARCHAR, max_length=TEXT_MAX)
-        schema.add_field("source", DataType.VARCHAR, max_length=SOURCE_MAX)
-        schema.add_field("page", DataType.INT64)          # 0 when the format has no pages
-        schema.add_field("chunk", DataType.INT64)
-        schema.add_field("format", DataType.VARCHAR, max_length=FORMAT_MAX)
-        schema.add_field("file_hash", DataType.VARCHAR, max_length=64)
-        index = self.client.prepare_index_params()
-        # Milvus Lite: FLAT (exact search), as Milvus Lite 2.x always used. Lite 3.x builds HNSW (faiss) for
-        # AUTOINDEX on every flush and compaction, in Python: 2.7x the rest of its write cost here, for
-        # collections small enough to search exactly in milliseconds. Servers keep AUTOINDEX.
-        index.add_index("vector", index_type="FLAT" if is_local(self.uri) else "AUTOINDEX", metric_type="COSINE")
-        self.call("create the collection", "create_collection", self.collection, schema=schema, index_params=index,
-                  properties={PROPS_MODEL: model, PROPS_DIM: str(dim), PROPS_BACKEND: backend})
+        props = {PROPS_MODEL: model, PROPS_DIM: str(dim), PROPS_BACKEND: backend, PROPS_SCHEMA: str(self.SCHEMA_VERSION)}
+        try:
+            self._create(dim, bm25=True, properties={**props, PROPS_BM25: "1"})
+        except StoreRejected as exc:        # a Milvus without BM25 functions (before 2.5): dense search only
+            logging.getLogger(__name__).warning("store %s has no BM25 full-text search (%s): dense search only",
+                                                self.uri, exc)
+            self.drop()
+            self._create(dim, bm25=False, properties={**props, PROPS_BM25: "0"})
         self.call("load the collection", "load_collection", self.collection)
+
+    def _create(self, dim: int, bm25: bool, properties: dict[str, str]) -> None:
+        """Create the schema-2 collection (`collection_schema`). A server that accepts the schema but drops
+        the BM25 function (older than its protocol) is a refusal too."""
+        schema, index = collection_schema(dim, is_local(self.uri), bm25)
+        self.call("create the collection", "create_collection", self.collection, schema=schema, index_params=index,
+                  properties=properties)
+        if bm25 and not self.call("describe the collection", "describe_collection", self.collection).get("functions"):
+            raise StoreRejected("the server kept no BM25 function")
 
     def drop(self) -> None:
         if self.exists():
@@ -284,7 +288,7 @@ class Store:
             return
         what = f"store {rows} rows"
         try:
-            request = _upsert_request(self.collection, columns)
+            request = upsert_request(self.collection, columns)
         except (TypeError, ValueError) as exc:        # e.g. a plugin's page number beyond INT64
             raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None
         client = self.client
@@ -318,43 +322,37 @@ class Store:
         it.close()
         return out
 
-    def search(self, vector: Sequence[float], k: int) -> list[dict[str, Any]]:
+    def search(self, vector: Sequence[float] | None, k: int, mode: str = "dense", query: str = "") -> list[dict[str, Any]]:
+        """The k best chunks: by cosine to `vector` (dense), by BM25 on `query`'s words (bm25), or both
+        lists (max(4k, 20) candidates each) fused by reciprocal rank (hybrid, Milvus' RRFRanker). The
+        caller checks that the collection has BM25 (`schema`). Each hit: score, source, page (None when
+        the format has none), chunk, text, title, headings, element, bbox ([x0, y0, x1, y1] or None)."""
+        from pymilvus import AnnSearchRequest, RRFRanker
+
         self.call("load the collection", "load_collection", self.collection)
-        hits = self.call("search", "search", self.collection, [list(vector)], limit=k,
-                         output_fields=["text", "source", "page", "chunk", "format"])[0]
-        return [{"score": float(h["distance"]), "source": h["entity"]["source"],
-                 "page": h["entity"]["page"] or None, "chunk": h["entity"]["chunk"],
-                 "text": h["entity"]["text"]} for h in hits]
+        new = self.schema()[0] >= 2
+        fields = ["text", "source", "page", "chunk", "format"] + (["title", "headings", "element", "bbox"] if new else [])
+        if mode == "dense":
+            hits = self.call("search", "search", self.collection, [list(vector)], anns_field="vector", limit=k,
+                             output_fields=fields)[0]
+        elif mode == "bm25":
+            hits = self.call("search", "search", self.collection, [query], anns_field="sparse", limit=k,
+                             search_params={"metric_type": "BM25"}, output_fields=fields)[0]
+        else:
+            wide = max(4 * k, 20)
+            requests = [AnnSearchRequest([list(vector)], "vector", {"metric_type": "COSINE"}, limit=wide),
+                        AnnSearchRequest([query], "sparse", {"metric_type": "BM25"}, limit=wide)]
+            hits = self.call("search", "hybrid_search", self.collection, requests, RRFRanker(RRF_K), limit=k,
+                             output_fields=fields)[0]
+        return [_hit(h["entity"], abs(h["distance"]) if mode == "bm25" else h["distance"]) for h in hits]
 
 
-def _upsert_request(collection: str, c: Columns):
-    """The UpsertRequest pymilvus would send for these rows. A packed repeated float on the wire is the
-    floats' little-endian bytes, so the vector field is parsed from `tobytes()` (a copy, not a conversion)."""
-    from pymilvus.grpc_gen import milvus_pb2, schema_pb2
-
-    request = milvus_pb2.UpsertRequest(collection_name=collection, num_rows=len(c.ids))
-    for name, values in (("id", c.ids), ("text", c.texts), ("source", c.sources), ("format", c.formats),
-                         ("file_hash", c.file_hashes)):
-        request.fields_data.add(field_name=name, type=schema_pb2.VarChar).scalars.string_data.data.extend(values)
-    for name, values in (("page", c.pages), ("chunk", c.chunks)):
-        request.fields_data.add(field_name=name, type=schema_pb2.Int64).scalars.long_data.data.extend(values)
-    vectors = np.ascontiguousarray(c.vectors, dtype="<f4")
-    if vectors.ndim != 2 or vectors.shape[0] != len(c.ids):
-        raise ValueError(f"vectors of shape {vectors.shape} for {len(c.ids)} rows")
-    field = request.fields_data.add(field_name="vector", type=schema_pb2.FloatVector)
-    field.vectors.dim = vectors.shape[1]
-    data = vectors.tobytes()
-    field.vectors.float_vector.MergeFromString(b"\x0a" + _varint(len(data)) + data)   # FloatArray.data: field 1, packed
-    return request
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+def _hit(e: dict[str, Any], score: float) -> dict[str, Any]:
+    """A hit as `ingest search` returns it (Milvus Lite negates BM25 scores: `score` is the positive one)."""
+    box = e.get("bbox", "").split(",")
+    return {"score": float(score), "source": e["source"], "page": e["page"] or None, "chunk": e["chunk"],
+            "text": e["text"], "title": e.get("title", ""), "headings": e.get("headings", ""),
+            "element": e.get("element") or "text", "bbox": [float(v) for v in box] if len(box) == 4 else None}
 
 
 def one_line(exc: BaseException) -> str:

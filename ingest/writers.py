@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ingest.store import Columns, Endpoint, Store, StoreError, StoreRejected
+from ingest.files import Row
+from ingest.sections import context_line
+from ingest.store import TEXT_MAX, Columns, Endpoint, Store, StoreError, StoreRejected
 from ingest.workers.pool import Pools
 
 POOL = "writer"
@@ -35,7 +37,7 @@ class Segment:
     fmt: str
     file_hash: str
     start: int
-    chunks: tuple[tuple[int | None, str], ...]      # (page, text)
+    chunks: tuple[Row, ...]
     vectors: np.ndarray
 
     def cut(self, n: int) -> tuple[Segment, Segment]:
@@ -66,19 +68,33 @@ class Batch:
 
     def columns(self) -> Columns:
         ids, texts, sources, pages, chunks, formats, hashes = [], [], [], [], [], [], []
+        titles, headings, elements, bboxes, search = [], [], [], [], []
         for s in self.segments:
             n = len(s.chunks)
-            for i, (page, text) in enumerate(s.chunks, s.start):
-                ids.append(chunk_id(s.source, s.file_hash, i, text))
-                texts.append(text)
-                pages.append(page or 0)
+            for i, row in enumerate(s.chunks, s.start):
+                ids.append(chunk_id(s.source, s.file_hash, i, row.text))
+                texts.append(row.text)
+                pages.append(row.page or 0)
+                titles.append(row.title)
+                headings.append(row.headings)
+                elements.append(row.element)
+                bboxes.append(row.bbox)
+                search.append(search_text(s.source, row))
             chunks.extend(range(s.start, s.start + n))
             sources.extend([s.source] * n)
             formats.extend([s.fmt] * n)
             hashes.extend([s.file_hash] * n)
         vectors = np.concatenate([s.vectors for s in self.segments]) if len(self.segments) > 1 \
             else self.segments[0].vectors
-        return Columns(ids, vectors, texts, sources, pages, chunks, formats, hashes)
+        return Columns(ids, vectors, texts, sources, pages, chunks, formats, hashes, titles, headings, elements,
+                       bboxes, search)
+
+
+def search_text(source: str, row: Row) -> str:
+    """What BM25 indexes for a row: its context line, then its text, within the store's TEXT_MAX bytes."""
+    text = f"{context_line(source, row.title, row.headings)}\n{row.text}"
+    data = text.encode()
+    return text if len(data) <= TEXT_MAX else data[:TEXT_MAX].decode(errors="ignore")
 
 
 class Batcher:

@@ -24,6 +24,7 @@ class LoaderOptions:
     passwords: tuple[str, ...]         # [loaders.pdf] passwords
     convert_timeout_s: float           # [loaders.legacy] convert_timeout_s
     max_image_mp: float                # [limits] max_image_mp: refuse images with more megapixels
+    pdf_tables: str = "auto"           # [loaders.pdf] tables: "auto" | "always" | "never"
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,22 @@ Loader = Callable[[Path, LoaderOptions], Iterator["Page"]]
 
 
 @dataclass(frozen=True)
+class Block:
+    """A piece of a page's content, in reading order."""
+    kind: str                   # "text" | "heading" | "table"
+    text: str                   # a heading's text; a table's rows in Markdown ("| a | b |"), one row a line
+    level: int = 0              # a heading's level: 1 (top) .. 6
+    bbox: tuple[float, float, float, float] | None = None     # (x0, y0, x1, y1) in PDF points on its page
+    header: str = ""            # a table's header row(s) in Markdown, repeated in each of its chunks
+
+
+@dataclass(frozen=True)
 class Page:
     number: int | None          # 1-based page/slide number; None for plain text
-    text: str
-    title: str | None = None
+    text: str                   # the page's text: its blocks' texts joined by blank lines when it has blocks
+    title: str | None = None    # the document's title (PDF/DOCX/PPTX metadata, a Markdown title), if known
     needs_ocr: bool = False     # the page has no usable text layer: render and OCR it
+    blocks: tuple[Block, ...] = ()      # the page's structure, when the loader knows it; () = `text` is one block
 
 
 class Unsupported(Exception):

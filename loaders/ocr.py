@@ -7,13 +7,16 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .base import LoaderError, OcrOptions, Page
+from .base import Block, LoaderError, OcrOptions, Page
 from .image import MEGAPIXEL
 from .pdf import damaged, mupdf_errors, open_document
+from .pdf_layout import PAGE_NUMBER
 
 if TYPE_CHECKING:
     import numpy as np
 
+EDGE_BAND = 0.1        # a lone page number in the top or bottom tenth of a page is left out of its blocks
+PARAGRAPH_GAP = 0.8    # a vertical gap of this many row heights starts a new text block
 MAX_SIDE_PX = 4000      # larger renders only cost time: the detector downsizes to 2000 px anyway
 PADDLE_HELP = ("the paddleocr backend needs paddleocr and local models: pip install paddleocr, and set "
                "[loaders.ocr] paddle_model_dir to a directory holding det/, rec/ and cls/ model folders")
@@ -25,6 +28,11 @@ _ENGINES: dict[str, Any] = {}            # one engine per backend per process
 def render(path: Path, page: int, options: OcrOptions) -> np.ndarray:
     """Page `page` (1-based) as a BGR array: PDFs at options.dpi, images at their own resolution, both
     scaled down to stay within MAX_SIDE_PX and options.max_image_mp."""
+    return _render(path, page, options)[0]
+
+
+def _render(path: Path, page: int, options: OcrOptions) -> tuple[np.ndarray, float | None]:
+    """render's array, and the PDF points per pixel for a PDF page (None for an image)."""
     import numpy as np
     import pymupdf
 
@@ -39,10 +47,11 @@ def render(path: Path, page: int, options: OcrOptions) -> np.ndarray:
             zoom = min(zoom, MAX_SIDE_PX / max(pg.rect.width, pg.rect.height),
                        max_zoom(pg.rect.width, pg.rect.height, options.max_image_mp * MEGAPIXEL))
             pix = pg.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), colorspace=pymupdf.csRGB, alpha=False)
+            scale = pg.rect.width / pix.width if doc.is_pdf else None
         except mupdf_errors() as exc:
             raise damaged(f"page {page} of the {kind}", exc) from None
     rgb = np.frombuffer(pix.samples, dtype=np.uint8).reshape(pix.height, pix.width, 3)
-    return np.ascontiguousarray(rgb[:, :, ::-1])
+    return np.ascontiguousarray(rgb[:, :, ::-1]), scale
 
 
 def max_zoom(width: float, height: float, max_pixels: float) -> float:
@@ -52,18 +61,51 @@ def max_zoom(width: float, height: float, max_pixels: float) -> float:
     return (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
 
 
+def _rows(lines: list[tuple[Box, str]]) -> list[tuple[float, float, list[tuple[Box, str]]]]:
+    """Recognized lines in rows, top to bottom: (top, bottom, boxes left to right); boxes whose middle
+    lies within a row's first box's height share the row."""
+    rows: list[tuple[float, float, list[tuple[Box, str]]]] = []
+    for box, text in sorted(lines, key=lambda item: min(y for _, y in item[0])):
+        top, bottom = min(y for _, y in box), max(y for _, y in box)
+        if rows and (top + bottom) / 2 < rows[-1][1]:
+            rows[-1][2].append((box, text))
+        else:
+            rows.append((top, bottom, [(box, text)]))
+    return [(t, b, sorted(row, key=lambda item: min(x for x, _ in item[0]))) for t, b, row in rows]
+
+
 def reading_order(lines: list[tuple[Box, str]]) -> str:
     """Join recognized lines top-to-bottom; boxes whose middle lies within a row's height share the row,
     left-to-right."""
-    rows: list[tuple[float, list[tuple[float, str]]]] = []      # (bottom of the row's first box, boxes)
-    for box, text in sorted(lines, key=lambda item: min(y for _, y in item[0])):
-        top, bottom = min(y for _, y in box), max(y for _, y in box)
-        left = min(x for x, _ in box)
-        if rows and (top + bottom) / 2 < rows[-1][0]:
-            rows[-1][1].append((left, text))
-        else:
-            rows.append((bottom, [(left, text)]))
-    return "\n".join(" ".join(text for _, text in sorted(row)) for _, row in rows)
+    return "\n".join(" ".join(text for _, text in row) for _, _, row in _rows(lines))
+
+
+def ocr_blocks(lines: list[tuple[Box, str]], height: float, scale: float) -> list[Block]:
+    """Text blocks of rows separated by a gap, bboxes in PDF points (pixels * scale); a lone page number
+    in the top or bottom band of a page `height` pixels high is left out."""
+    blocks: list[Block] = []
+    group: list[tuple[str, Box]] = []
+    last_bottom = None
+    for top, bottom, row in _rows(lines):
+        text = " ".join(t for _, t in row).strip()
+        edge = bottom < EDGE_BAND * height or top > (1 - EDGE_BAND) * height
+        if not text or (edge and PAGE_NUMBER.match(text)):
+            continue
+        if group and last_bottom is not None and top - last_bottom > PARAGRAPH_GAP * (bottom - top):
+            blocks.append(_ocr_block(group, scale))
+            group = []
+        group += [(text, tuple(pt for box, _ in row for pt in box))]
+        last_bottom = bottom
+    if group:
+        blocks.append(_ocr_block(group, scale))
+    return blocks
+
+
+def _ocr_block(group: list[tuple[str, tuple]], scale: float) -> Block:
+    xs = [p[0] for _, pts in group for p in pts]
+    ys = [p[1] for _, pts in group for p in pts]
+    bbox = tuple(round(v * scale, 1) for v in (min(xs), min(ys), max(xs), max(ys)))
+    return Block("text", "\n".join(text for text, _ in group), bbox=bbox)
 
 
 def _rapidocr(image: np.ndarray, options: OcrOptions) -> list[tuple[Box, str]]:
@@ -102,12 +144,15 @@ _BACKENDS = {"rapidocr": _rapidocr, "paddleocr": _paddleocr}
 
 
 def ocr_page(path: Path, page: int, options: OcrOptions) -> Page:
-    """Render page `page` (1-based) of a PDF or image and OCR it: Page(page, text, needs_ocr=False).
+    """Render page `page` (1-based) of a PDF or image and OCR it: Page(page, text, needs_ocr=False), with
+    text blocks (bboxes in PDF points) for a PDF page.
 
     `options.passwords` unlocks encrypted PDFs.
     """
     if options.backend not in _BACKENDS:
         raise LoaderError(f"unknown OCR backend {options.backend!r}; "
                           "set [loaders.ocr] backend to rapidocr or paddleocr")
-    image = render(path, page, options)
-    return Page(page, reading_order(_BACKENDS[options.backend](image, options)), needs_ocr=False)
+    image, scale = _render(path, page, options)
+    lines = _BACKENDS[options.backend](image, options)
+    blocks = tuple(ocr_blocks(lines, image.shape[0], scale)) if scale else ()
+    return Page(page, reading_order(lines), needs_ocr=False, blocks=blocks)

@@ -1,12 +1,16 @@
-"""PDF: one page per PDF page (1-based) with its text layer; a page with no usable text layer is
-yielded empty with needs_ocr=True (options.pdf_ocr: "auto", "always" or "never")."""
+"""PDF: one page per PDF page (1-based) with its text layer as blocks (headings, tables, text; running
+headers, footers and page numbers left out: loaders/pdf_layout.py); a page with no usable text layer
+is yielded empty with needs_ocr=True (options.pdf_ocr: "auto", "always" or "never")."""
 from __future__ import annotations
 
 import unicodedata
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from .base import LoaderError, LoaderOptions, Page, register
+from .pdf_layout import WINDOW, Layout, read_lines
+from .tables import page_text
 
 if TYPE_CHECKING:
     import pymupdf
@@ -76,7 +80,8 @@ def needs_ocr(page: pymupdf.Page, text: str) -> bool:
 
 @register("pdf", (".pdf",), "pdf")
 def load(path: Path, options: LoaderOptions) -> Iterator[Page]:
-    """Every page with its text; pages without a usable text layer come empty with needs_ocr=True."""
+    """Every page with its blocks and text; pages without a usable text layer come empty with needs_ocr=True.
+    A page is yielded once WINDOW pages past it are read (pdf_layout's NOTE)."""
     import pymupdf
 
     flags = pymupdf.TEXTFLAGS_TEXT & ~pymupdf.TEXT_PRESERVE_LIGATURES      # "ﬁ" -> "fi"
@@ -84,11 +89,33 @@ def load(path: Path, options: LoaderOptions) -> Iterator[Page]:
     _check_not_truncated(path)
     with open_document(path, options.passwords) as doc:
         title = ((doc.metadata or {}).get("title") or "").strip() or None
+        try:
+            toc = doc.get_toc()
+        except mupdf_errors():
+            toc = []                                    # a damaged outline costs the headings it held
+        layout = Layout(doc.page_count, toc, options.pdf_tables, lambda index: doc[index])
+        pending: deque[tuple[int, bool]] = deque()
+
+        def finish(index: int, ocr: bool) -> Page:
+            if ocr:
+                return Page(index + 1, "", title=title, needs_ocr=True)
+            try:
+                blocks = layout.blocks(index)
+            except mupdf_errors() as exc:
+                raise damaged(f"page {index + 1} of the PDF", exc) from None
+            return Page(index + 1, page_text(blocks), title=title, blocks=tuple(blocks))
+
         for index in range(doc.page_count):
             try:
                 page = doc[index]
-                text = page.get_text(flags=flags)
-                ocr = mode == "always" or (mode == "auto" and needs_ocr(page, text))
+                lines = read_lines(page.get_text("dict", flags=flags))
+                ocr = mode == "always" or (mode == "auto" and needs_ocr(page, "\n".join(ln.text for ln in lines)))
             except mupdf_errors() as exc:
                 raise damaged(f"page {index + 1} of the PDF", exc) from None
-            yield Page(index + 1, "" if ocr else text, title=title, needs_ocr=ocr)
+            if not ocr:
+                layout.scan(index, lines)
+            pending.append((index, ocr))
+            while pending[0][0] <= index - WINDOW:
+                yield finish(*pending.popleft())
+        while pending:
+            yield finish(*pending.popleft())

@@ -1,11 +1,13 @@
-"""Plain text and Markdown: detect the encoding, return the whole file as one page."""
+"""Plain text and Markdown: detect the encoding, return the whole file as one page; a Markdown page
+also comes as blocks (ATX headings, pipe tables, paragraphs)."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 from typing import Iterator
 
-from .base import LoaderError, LoaderOptions, Page, Unsupported, register
+from .base import Block, LoaderError, LoaderOptions, Page, Unsupported, register
+from .tables import table_block
 
 MB = 1024 * 1024
 HEAD_BYTES = 8192              # how much of a file shows whether it is BOM-less UTF-16
@@ -29,6 +31,9 @@ _BY_POPULARITY = ("cp1252", "gb18030", "cp932", "cp1251", "cp949", "big5")
 # quotes and the euro sign as chaos in cp1252.
 _TIE_SLACK = {"cp1252": 0.1}
 _H1 = re.compile(r" {0,3}#[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
+_ATX = re.compile(r" {0,3}(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
+_DELIMITER = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")
 
 
 def utf16_without_bom(head: bytes) -> str | None:
@@ -86,6 +91,57 @@ def markdown_title(text: str) -> str | None:
     return None
 
 
+def _cells(line: str) -> list[str]:
+    """A pipe-table row's cells (outer pipes optional, escaped pipes kept)."""
+    line = line.strip()
+    line = line[1:] if line.startswith("|") else line
+    line = line[:-1] if line.endswith("|") and not line.endswith("\\|") else line
+    return [c.strip().replace("\\|", "|") for c in _CELL_SPLIT.split(line)]
+
+
+def markdown_blocks(text: str) -> list[Block]:
+    """ATX headings (outside fenced code) as headings, pipe tables (a header row, then a |---| line) as
+    tables, the rest as text blocks split at blank lines."""
+    blocks: list[Block] = []
+    para: list[str] = []
+    lines = text.split("\n")
+    in_fence = False
+
+    def flush() -> None:
+        if any(p.strip() for p in para):
+            blocks.append(Block("text", "\n".join(para).strip("\n")))
+        para.clear()
+
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.lstrip().startswith(("```", "~~~")):
+            in_fence = not in_fence
+        elif not in_fence and (match := _ATX.match(line)):
+            flush()
+            blocks.append(Block("heading", match.group(2).strip(), level=len(match.group(1))))
+            i += 1
+            continue
+        elif (not in_fence and "|" in line and i + 1 < len(lines) and _DELIMITER.match(lines[i + 1])
+              and "-" in lines[i + 1]):
+            flush()
+            rows = [_cells(line)]
+            i += 2
+            while i < len(lines) and "|" in lines[i] and lines[i].strip():
+                rows.append(_cells(lines[i]))
+                i += 1
+            if (table := table_block(rows, header_rows=1)) is not None:
+                blocks.append(table)
+            continue
+        if line.strip() or in_fence:
+            para.append(line)
+        else:
+            flush()
+        i += 1
+    flush()
+    return blocks
+
+
 def read_text(path: Path, options: LoaderOptions) -> str:
     """The file's text with newlines normalized; refuses files over [limits] max_text_mb before reading,
     and whitespace-only files (Unsupported: reported as skipped)."""
@@ -108,6 +164,7 @@ def load_txt(path: Path, options: LoaderOptions) -> Iterator[Page]:
 
 @register("md", (".md", ".markdown"), "txt")
 def load_md(path: Path, options: LoaderOptions) -> Iterator[Page]:
-    """A Markdown file as one page, titled by its first `# heading`."""
+    """A Markdown file as one page, titled by its first `# heading`; its text is the file's, its blocks
+    the structure."""
     text = read_text(path, options)
-    yield Page(None, text, title=markdown_title(text))
+    yield Page(None, text, title=markdown_title(text), blocks=tuple(markdown_blocks(text)))

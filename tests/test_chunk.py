@@ -17,7 +17,8 @@ from docs import make_docx, make_pdf, make_pptx
 from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, _tokens, cut_points, page_chunks
 from ingest.config import load_config, loader_options
 from ingest.files import FileRef
-from ingest.load import SEGMENT_CHARS, ChunkTask, Loaded, LoadTask, Pages, Segment, chunk_segments, load_file
+from ingest.load import SEGMENT_CHARS, ChunkTask, Loaded, LoadTask, Pages, chunk_segments, load_file
+from ingest.sections import Doc, Section
 from ingest.loaders import loader_for
 from ingest.model_ref import resolve_model
 from ingest.sniff import detect_format
@@ -193,16 +194,17 @@ def test_cut_points_cut_before_paragraph_breaks() -> None:
 
 def test_pages_gather_segments_in_order_and_a_failed_chunk_task_fails_the_file() -> None:
     spec, ref = SPECS[0], FileRef(0, "a.txt", "/nowhere/a.txt", fmt="txt")
-    groups = ((Segment(2, 1, "\n\nsecond part of page two"), Segment(3, 0, "page three")),
-              (Segment(3, 1, "\n\nend of page three"),))
+    groups = ((Section(2, 1, "\n\nsecond part of page two"), Section(3, 0, "page three")),
+              (Section(3, 1, "\n\nend of page three"),))
+    doc = Doc("a.txt", "a.txt")
     loaded = Loaded("hash", (page_chunks(1, "page one", spec), page_chunks(2, "page two", spec)), (), 0.5,
                     segments=groups)
     pages = Pages(ref, loaded, None)
     for task in (1, 0):                                                 # out of order, as tasks may end
-        pages.add_chunks(task, chunk_segments(ChunkTask(groups[task], spec)))
+        pages.add_chunks(task, chunk_segments(ChunkTask(groups[task], spec, doc)))
     done = pages.finish()
     assert not pages.pending and done.outcome.status == "ingested" and done.outcome.chunks == 5
-    assert [t for _, t in done.chunk_texts()] == ["page one", "page two", "second part of page two", "page three",
+    assert [r.text for r in done.chunk_texts()] == ["page one", "page two", "second part of page two", "page three",
                                                   "end of page three"]
     ids, lengths = done.token_ids()
     assert ids.tolist() == [i for p in done.pages for i in p.ids.tolist()] and lengths.tolist() == [4, 4, 7, 4, 6]
@@ -210,7 +212,7 @@ def test_pages_gather_segments_in_order_and_a_failed_chunk_task_fails_the_file()
     pages = Pages(ref, loaded, None)
     pages.add_chunks(0, Failure("chunking", "timeout after 60 s"))
     assert pages.pending == {("chunk", 1)}
-    pages.add_chunks(1, chunk_segments(ChunkTask(groups[1], spec)))
+    pages.add_chunks(1, chunk_segments(ChunkTask(groups[1], spec, doc)))
     done = pages.finish()
     assert done.outcome.status == "failed" and done.outcome.error == "chunking failed: timeout after 60 s"
     assert done.pages == ()

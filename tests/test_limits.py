@@ -119,7 +119,7 @@ def test_legacy_odd_names_memory_cap_and_timeouts_leave_nothing(tmp_path: Path, 
     docs.make_doc(odd, ["Body of an oddly named file"], heading="Odd")
     options = loader_options(load_config())
     [page] = loader_for("doc")(odd, options)
-    assert page.text.split("\n") == ["Odd", "Body of an oddly named file"]
+    assert page.text.split("\n\n") == ["Odd", "Body of an oddly named file"]
     assert not list(tmp.iterdir())
     capped = subprocess.run([sys.executable, "-c", CAPPED, str(odd), str(tmp_path)], capture_output=True, text=True,
                             env=cli_env(), timeout=120)

@@ -252,9 +252,11 @@ def test_docx_keeps_every_part_in_order(tmp_path: Path) -> None:
         first_page_header="ACME Confidential")
     [page] = load(path)
     assert page.number is None and page.title == "Project Plan"
-    assert page.text.split("\n") == [
-        "ACME Confidential", "Project Plan", "Opening paragraph", "Second paragraph", "Owner | Task",
-        "Ana | Budget inner a | inner b", "Closing paragraph", "Signed by Bo", "Page footer text"]
+    assert page.text.split("\n\n") == [
+        "ACME Confidential", "Project Plan", "Opening paragraph", "Second paragraph",
+        "| Owner | Task |\n| --- | --- |\n| Ana | Budget inner a \\| inner b |", "Closing paragraph", "Signed by Bo",
+        "Page footer text"]
+    assert [b.kind for b in page.blocks if b.kind == "table"] == ["table"]
 
 
 def test_docx_title_and_header_variants(tmp_path: Path) -> None:
@@ -263,7 +265,7 @@ def test_docx_title_and_header_variants(tmp_path: Path) -> None:
                           table_style="Table Grid")
     [page] = load(path)
     assert page.title == "Core Title"
-    assert page.text.split("\n") == ["Every page", "Cover page only", "Heading", "Body", "a | b"]
+    assert page.text.split("\n\n") == ["Every page", "Cover page only", "Heading", "Body", "| a | b |"]
 
 
 def test_docx_zip_bomb_and_non_zip(tmp_path: Path) -> None:
@@ -276,7 +278,7 @@ def test_docx_zip_bomb_and_non_zip(tmp_path: Path) -> None:
     with pytest.raises(LoaderError, match="not a valid DOCX file"):
         load(fake)
     deck = docs.make_pptx(tmp_path / "deck.docx", [{"title": "x"}])
-    assert load(deck) == [loaders.Page(1, "x", title="x")]            # read by its content
+    assert load(deck) == [loaders.Page(1, "x", blocks=(loaders.Block("heading", "x", level=1),))]  # by its content
 
 
 def test_pptx_slides_groups_tables_notes(tmp_path: Path) -> None:
@@ -286,10 +288,11 @@ def test_pptx_slides_groups_tables_notes(tmp_path: Path) -> None:
         {"body": "Untitled slide text"},
     ])
     first, second = load(path)
-    assert (first.number, first.title) == (1, "Roadmap 2025")
-    assert first.text.split("\n") == ["Roadmap 2025", "Ship the loader", "grouped left", "grouped right",
-                                      "Quarter | Goal", "Q1 | Beta", "Mention the budget"]
-    assert second == loaders.Page(2, "Untitled slide text")
+    assert (first.number, first.title, first.blocks[0]) == (1, None, loaders.Block("heading", "Roadmap 2025", 1))
+    assert first.text.split("\n\n") == ["Roadmap 2025", "Ship the loader", "grouped left", "grouped right",
+                                        "| Quarter | Goal |\n| --- | --- |\n| Q1 | Beta |", "Mention the budget"]
+    assert first.blocks[4] == loaders.Block("table", "| Q1 | Beta |", header="| Quarter | Goal |\n| --- | --- |")
+    assert second == loaders.Page(2, "Untitled slide text", blocks=(loaders.Block("text", "Untitled slide text"),))
 
 
 # ---- legacy (LibreOffice) ------------------------------------------------------------------------
@@ -299,11 +302,13 @@ def test_doc_and_ppt_via_libreoffice(tmp_path: Path) -> None:
     doc = docs.make_doc(tmp_path / "old.doc", ["Legacy body text"], heading="Old Heading",
                         table_rows=[["k", "v"]], header="Old header")
     [page] = load(doc)
-    assert page.text.split("\n") == ["Old header", "Old Heading", "Legacy body text", "k | v"]
+    assert page.text.split("\n\n") == ["Old header", "Old Heading", "Legacy body text", "| k | v |"]
     ppt = docs.make_ppt(tmp_path / "old.ppt", [docs.Slide(title="Old deck", group=["in a group"],
                                                           table=[["c1", "c2"]], notes="old notes")])
     [slide] = load(ppt)
-    assert (slide.number, slide.title, slide.text.split("\n")) == (1, "Old deck", ["Old deck", "in a group", "c1 | c2", "old notes"])
+    assert (slide.number, slide.title, slide.text.split("\n\n")) == (1, None, ["Old deck", "in a group", "| c1 | c2 |",
+                                                                             "old notes"])
+    assert slide.blocks[0] == loaders.Block("heading", "Old deck", 1)
 
 
 @needs_soffice

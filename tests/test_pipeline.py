@@ -53,7 +53,7 @@ def test_run_search_rerun(work: Path) -> None:
     hits = search(work, "violin workshop", k=3)
     assert isinstance(hits, list) and hits
     for h in hits:
-        assert set(h) == {"score", "source", "page", "chunk", "text"}
+        assert set(h) == {"score", "source", "page", "chunk", "text", "title", "headings", "element", "bbox"}
         assert isinstance(h["score"], float) and isinstance(h["chunk"], int)
 
     second = run(work / "docs", work)

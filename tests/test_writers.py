@@ -32,7 +32,8 @@ def _columns(n: int, dim: int = 8):
     texts = [f"row {i}: naïve café, 北京, emoji 🦦🌊, quote \" and \\ slash" * (1 + i % 3) for i in range(n)]
     return Columns([f"id{i}" for i in range(n)], rng.standard_normal((n, dim)).astype(np.float32), texts,
                    [f"dir/ü{i % 2}.txt" for i in range(n)], [i % 4 for i in range(n)], list(range(n)),
-                   ["txt"] * n, ["h" * 64] * n)
+                   ["txt"] * n, ["h" * 64] * n, [f"Title {i % 2}" for i in range(n)], ["Part I > Risks"] * n,
+                   ["text"] * n, ["1.0,2.0,3.0,4.0"] * n, [f"context\n{t}" for t in texts])
 
 
 @pytest.mark.parametrize("where", ["lite", "server"])

@@ -1,0 +1,123 @@
+"""`ingest eval QUESTIONS.jsonl`: how well a collection's search finds known evidence.
+
+Each line of the file is an object with `question`, `source` (the document's path as ingested, or its
+tail: a hit matches when its source equals it or ends with "/" + it) and optionally `pages` (1-based).
+Reported: doc-hit@k (a top-k hit is from the source), page-hit@k (a top-k hit is from the source on one
+of the pages), MRR@10 (reciprocal rank of the first page hit, 0 past 10), for k = 5, 10 (and -k).
+Page metrics and MRR count only the questions that name pages. The questions are embedded together
+(one model load), then searched one by one.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from ingest.search import Searcher
+
+CUTOFFS = (5, 10)
+MRR_AT = 10
+MISS_AT = 5               # a question is listed as a miss without a page hit (doc hit: no pages) in its top 5
+
+
+class EvalError(ValueError):
+    """A questions file that cannot be read; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Question:
+    question: str
+    source: str
+    pages: tuple[int, ...]       # () when the question names none
+
+
+def load_questions(path: Path) -> list[Question]:
+    """The questions of a JSONL file (blank lines skipped); EvalError names the line of a bad one."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvalError(f"cannot read questions file {path}: {exc}; pass a JSONL file of questions") from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            question, source, pages = obj["question"], obj["source"], obj.get("pages") or []
+            if not (isinstance(question, str) and isinstance(source, str) and question.strip() and source):
+                raise ValueError("question and source must be non-empty strings")
+            if not isinstance(pages, list) or not all(isinstance(p, int) and not isinstance(p, bool) and p > 0
+                                                      for p in pages):
+                raise ValueError("pages must be a list of 1-based page numbers")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise EvalError(f"{path}, line {n}: {what}; each line must be a JSON object with question, source "
+                            "and optionally pages") from None
+        out.append(Question(question, source, tuple(pages)))
+    if not out:
+        raise EvalError(f"{path} holds no questions; write one JSON object a line")
+    return out
+
+
+def same_doc(hit_source: str, source: str) -> bool:
+    return hit_source == source or hit_source.endswith("/" + source)
+
+
+def score(questions: Sequence[Question], hits: Sequence[Sequence[dict[str, Any]]],
+          cutoffs: Sequence[int] = CUTOFFS) -> dict[str, Any]:
+    """Metrics and per-question results for `hits` (each question's ranked hits, with source and page)."""
+    results = []
+    for q, found in zip(questions, hits):
+        doc_rank = next((i for i, h in enumerate(found, 1) if same_doc(h["source"], q.source)), None)
+        page_rank = next((i for i, h in enumerate(found, 1)
+                          if same_doc(h["source"], q.source) and h["page"] in q.pages), None) if q.pages else None
+        results.append({**asdict(q), "pages": list(q.pages), "doc_rank": doc_rank, "page_rank": page_rank,
+                        "hits": [{"source": h["source"], "page": h["page"], "score": h["score"]} for h in found]})
+    paged = [r for r in results if r["pages"]]
+    metrics: dict[str, float | None] = {}
+    for k in cutoffs:
+        metrics[f"doc-hit@{k}"] = _rate(results, lambda r: r["doc_rank"] is not None and r["doc_rank"] <= k)
+        metrics[f"page-hit@{k}"] = _rate(paged, lambda r: r["page_rank"] is not None and r["page_rank"] <= k)
+    metrics[f"MRR@{MRR_AT}"] = (sum(1 / r["page_rank"] for r in paged if r["page_rank"] and r["page_rank"] <= MRR_AT)
+                                / len(paged)) if paged else None
+    return {"questions": len(results), "with_pages": len(paged), "metrics": metrics, "results": results}
+
+
+def _rate(results: list[dict[str, Any]], hit) -> float | None:
+    return sum(map(hit, results)) / len(results) if results else None
+
+
+def is_miss(r: dict[str, Any]) -> bool:
+    rank = r["page_rank"] if r["pages"] else r["doc_rank"]
+    return rank is None or rank > MISS_AT
+
+
+def evaluate(uri: str, collection: str, path: Path, mode: str, k: int = 10,
+             model: str | None = None) -> tuple[dict[str, Any], str]:
+    """(score() of the collection's answers to the questions in `path`, the search's note or "");
+    metrics at 5, 10 and k."""
+    questions = load_questions(path)
+    cutoffs = sorted({*CUTOFFS, k})
+    with Searcher(uri, collection, model) as s:
+        used, note = s.mode(mode)
+        hits = s.search([q.question for q in questions], max(cutoffs), used)
+    return {"mode": used, **score(questions, hits, cutoffs)}, note
+
+
+def report(result: dict[str, Any], shown: int = MISS_AT) -> str:
+    """The plain-text report: the metrics, then each miss with the top hits that came instead."""
+    n, paged = result["questions"], result["with_pages"]
+    lines = [f"{n} questions, mode {result['mode']}; page metrics and MRR over the {paged} that name pages"
+             if paged < n else f"{n} questions, mode {result['mode']}"]
+    for name, value in result["metrics"].items():
+        lines.append(f"{name:<12} {'-' if value is None else f'{value:.3f}'}")
+    misses = [r for r in result["results"] if is_miss(r)]
+    lines.append(f"misses (no page hit in the top {MISS_AT}; no doc hit for questions without pages): {len(misses)}")
+    for r in misses:
+        question = " ".join(r["question"].split())
+        pages = f" p.{','.join(map(str, r['pages']))}" if r["pages"] else ""
+        got = ", ".join(f"{h['source']} p.{h['page'] or '-'}" for h in r["hits"][:shown]) or "no hits"
+        lines += [f"- {question[:160]}{'...' if len(question) > 160 else ''}",
+                  f"    expected {r['source']}{pages}", f"    got      {got}"]
+    return "\n".join(lines)

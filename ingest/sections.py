@@ -1,0 +1,220 @@
+"""The structure step: a loader's pages -> sections, the units the chunker splits, each knowing its
+document, heading path, element and page; and the junk filter.
+
+NOTE (sections): a file's pages are read in order and one `Outline` follows them, so a heading on
+page 3 still heads the text of page 7. Text blocks under the same heading path on one page join
+(with blank lines) into one text section, so chunks never straddle two sections; a heading only
+moves the path (its text reaches the chunk through the context line, not the chunk's text); each
+table is a section of its own. A page without blocks is one text section under the current path.
+OCR pages and big text segments are chunked in other tasks: they carry the path in effect where
+they start. Every chunk's embedded text is its context line (`context_line`: file name > title >
+headings, cut to the spec's context tokens) and its text; the store keeps the clean text and the
+context as fields of their own.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
+
+from ingest.loaders import Page
+from ingest.store import HEADINGS_MAX, TITLE_MAX
+
+CAPTION_CHARS = 300                 # a text this short beside a table belongs to it (see _attach_captions)
+HEADING_CHARS = 200                 # one heading's characters in a path (a longer one is cut)
+MAX_DEPTH = 6
+_GENERIC_TITLES = re.compile(r"^(untitled|document|slide \d+|powerpoint presentation|microsoft word - .*|"
+                             r"title|no title|\W*)$", re.I)
+
+
+Box = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True)
+class Section:
+    """Text to chunk under one heading path: text blocks of one page, a table, or a part of either."""
+    page: int | None
+    index: int                              # position in its page: the chunks' order
+    text: str
+    headings: tuple[str, ...] = ()
+    element: str = "text"                   # "text" | "table"
+    header: str = ""                        # a table's header rows, repeated in each of its chunks
+    boxes: tuple[tuple[int, int, Box], ...] = ()     # (start, end, bbox) of each block's span in `text`
+
+
+@dataclass(frozen=True)
+class Doc:
+    """What every chunk of a file shares: its source (relative path) and its title."""
+    source: str
+    title: str
+
+    def context(self, headings: tuple[str, ...]) -> str:
+        return context_line(self.source, self.title, headings)
+
+
+class Outline:
+    """The heading path as a document is read: a heading replaces those of its level and below."""
+
+    def __init__(self, path: tuple[str, ...] = ()):
+        self._stack: list[tuple[int, str]] = [(i + 1, h) for i, h in enumerate(path)]
+
+    def push(self, level: int, text: str) -> None:
+        text = " ".join(text.split())[:HEADING_CHARS]
+        if not text:
+            return
+        level = max(1, min(level, MAX_DEPTH))
+        while self._stack and self._stack[-1][0] >= level:
+            self._stack.pop()
+        self._stack.append((level, text))
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        return tuple(text for _, text in self._stack)
+
+
+def page_sections(page: Page, outline: Outline) -> list[Section]:
+    """The page's sections in reading order; `outline` moves past the page's headings."""
+    if not page.blocks:
+        return [Section(page.number, 0, page.text, outline.path)] if page.text.strip() else []
+    out: list[Section] = []
+    texts: list[str] = []
+    boxes: list[tuple[int, int, Box]] = []
+    size = 0
+    before = outline.path
+
+    def close_text() -> None:
+        nonlocal size
+        if texts:
+            out.append(Section(page.number, len(out), "\n\n".join(texts), outline.path, boxes=tuple(boxes)))
+        texts.clear()
+        boxes.clear()
+        size = 0
+
+    for block in page.blocks:
+        if block.kind == "heading":
+            close_text()
+            outline.push(block.level or 1, block.text)
+        elif block.kind == "table":
+            close_text()
+            if block.text.strip():
+                box = ((0, len(block.text), block.bbox),) if block.bbox else ()
+                out.append(Section(page.number, len(out), block.text, outline.path, "table", block.header, box))
+        elif block.text.strip():
+            start = size + (2 if texts else 0)
+            texts.append(block.text)
+            size = start + len(block.text)
+            if block.bbox:
+                boxes.append((start, size, block.bbox))
+    close_text()
+    if not out:                     # only headings (a title slide, a cover page): their text is the content
+        heads = [b for b in page.blocks if b.kind == "heading" and b.text.strip()]
+        if heads:
+            text = "\n".join(b.text.strip() for b in heads)
+            box = _box([b.bbox for b in heads if b.bbox])
+            return [Section(page.number, 0, text, before, boxes=((0, len(text), box),) if box else ())]
+    return _attach_captions(out)
+
+
+def _box(boxes: list[Box]) -> Box | None:
+    """The union of `boxes`; None if there are none."""
+    if not boxes:
+        return None
+    return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))
+
+
+def _attach_captions(sections: list[Section]) -> list[Section]:
+    """A short text right before a table under the same headings is its caption ("The following table
+    summarizes ...:"): it joins the table's header rows, so every chunk of the table carries it; a short
+    text right after a table (a footnote) joins its last rows. Alone, either would be a chunk of a few
+    words that outranks real content."""
+    out: list[Section] = []
+    for s in sections:
+        prev = out[-1] if out else None
+        if prev and prev.headings == s.headings and s.element == "table" and prev.element == "text" \
+                and len(prev.text) <= CAPTION_CHARS:
+            out[-1] = replace(s, index=prev.index, header=f"{prev.text}\n{s.header}".strip(), boxes=_joined(prev, s))
+        elif prev and prev.headings == s.headings and prev.element == "table" and s.element == "text" \
+                and len(s.text) <= CAPTION_CHARS:
+            out[-1] = replace(prev, text=f"{prev.text}\n{s.text}", boxes=prev.boxes + tuple(
+                (a + len(prev.text) + 1, b + len(prev.text) + 1, box) for a, b, box in s.boxes))
+        else:
+            out.append(replace(s, index=len(out)))
+    return out
+
+
+def _joined(caption: Section, table: Section) -> tuple[tuple[int, int, Box], ...]:
+    """The table's boxes, the first widened to hold its caption's (the caption is in every chunk)."""
+    union = _box([box for _, _, box in caption.boxes + table.boxes[:1]])
+    if union is None or not table.boxes:
+        return table.boxes
+    return ((table.boxes[0][0], table.boxes[0][1], union),) + table.boxes[1:]
+
+
+def document_title(page: Page, source: str) -> str:
+    """The title every chunk carries: the loader's (metadata) title unless it is generic or an
+    identifier, else the first heading of the first page, else the file name."""
+    for candidate in (page.title, *(b.text for b in page.blocks if b.kind == "heading")):
+        title = " ".join((candidate or "").split())
+        if title.lower().startswith("microsoft word - "):
+            title = title[17:]
+        letters = sum(c.isalpha() for c in title)
+        if letters >= 3 and letters >= len(title) / 3 and not _GENERIC_TITLES.match(title):
+            return _cut(title, TITLE_MAX)
+    return _cut(PurePosixPath(source).name, TITLE_MAX)
+
+
+def context_line(source: str, title: str, headings: tuple[str, ...] | str) -> str:
+    """What a chunk is embedded and indexed under: its file's name (separators as spaces), the title
+    (unless it is the file name) and the heading path, joined by " > "."""
+    path = PurePosixPath(source)
+    label = " ".join(re.sub(r"[_]+", " ", str(path.with_suffix("")) if path.suffix else source).split())
+    parts = [label] if title in ("", path.name) else [label, title]
+    if isinstance(headings, str):
+        headings = tuple(h for h in headings.split(" > ") if h)
+    return " > ".join(parts + list(headings))
+
+
+def joined_headings(headings: tuple[str, ...]) -> str:
+    """The store's `headings` field: the path joined by " > ", within HEADINGS_MAX bytes (outer headings kept)."""
+    return _cut(" > ".join(headings), HEADINGS_MAX)
+
+
+def _cut(text: str, limit: int) -> str:
+    data = text.encode()
+    return text if len(data) <= limit else data[:limit].decode(errors="ignore")
+
+
+# -- the junk filter -----------------------------------------------------------------------
+JUNK_SHARE = 0.5                    # a chunk is junk when runs like these make up more than this share of it
+LONG_RUN = 40                       # characters without a space that no language writes (URLs aside)
+_LONG = re.compile(r"\S{%d,}" % LONG_RUN)
+_HEX = re.compile(r"(?:0x)?[0-9a-fA-F]{2,16}[,:]?")      # a hex dump's word: a byte to a 64-bit word
+_UNREADABLE = {"Co", "Cc", "Cn", "Cs"}
+
+
+def _blob(run: str) -> bool:
+    """A long run that encodes data: varied characters (not a dot leader or a rule), and not a link."""
+    if run.startswith(("http://", "https://", "www.")):
+        return False
+    common = max(map(run.count, set(run[:64])))
+    return len(set(run)) >= 10 and common < 0.3 * len(run)
+
+
+def is_junk(chunk: str) -> bool:
+    """Base64/hex blobs, hex dumps and binary read as text: not language, never worth a vector."""
+    visible = len(chunk) - sum(c.isspace() for c in chunk)
+    if visible < 16:
+        return False
+    runs = sum(len(m) for m in _LONG.findall(chunk) if _blob(m))
+    if runs > JUNK_SHARE * visible:
+        return True
+    unreadable = sum(1 for c in chunk if c == "\ufffd" or (not c.isspace() and unicodedata.category(c) in _UNREADABLE))
+    if unreadable > 0.1 * visible:
+        return True
+    words = chunk.split()
+    if len(words) >= 16:
+        hex_words = [w for w in words if _HEX.fullmatch(w)]
+        lettered = sum(1 for w in hex_words if any(c in "abcdefABCDEF" for c in w.removeprefix("0x")))
+        return len(hex_words) > 0.6 * len(words) and lettered > 0.2 * len(words)
+    return False

@@ -34,7 +34,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ingest.sections import Box, Doc, Section, context_line, is_junk, joined_headings
+from ingest.sections import Box, Doc, Section, context_line, is_junk, joined_headings, union_box
 from ingest.store import TEXT_MAX as MAX_CHUNK_BYTES
 
 SEPARATORS = ("\n\n", "\n", " ", "")
@@ -177,9 +177,7 @@ def _context_ids(tokens: _Tokens, doc: Doc, headings: tuple[str, ...], room: int
 
 def _union(boxes: tuple[tuple[int, int, Box], ...], a: int, b: int) -> str:
     """The bounding box of the blocks whose spans meet [a, b), as "x0,y0,x1,y1"."""
-    hit = [box for start, end, box in boxes if start < b and end > a] or [boxes[0][2]]
-    x0, y0 = min(h[0] for h in hit), min(h[1] for h in hit)
-    x1, y1 = max(h[2] for h in hit), max(h[3] for h in hit)
+    x0, y0, x1, y1 = union_box([box for start, end, box in boxes if start < b and end > a] or [boxes[0][2]])
     return f"{x0:.1f},{y0:.1f},{x1:.1f},{y1:.1f}"
 
 

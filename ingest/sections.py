@@ -111,12 +111,12 @@ def page_sections(page: Page, outline: Outline) -> list[Section]:
         heads = [b for b in page.blocks if b.kind == "heading" and b.text.strip()]
         if heads:
             text = "\n".join(b.text.strip() for b in heads)
-            box = _box([b.bbox for b in heads if b.bbox])
+            box = union_box([b.bbox for b in heads if b.bbox])
             return [Section(page.number, 0, text, before, boxes=((0, len(text), box),) if box else ())]
     return _attach_captions(out)
 
 
-def _box(boxes: list[Box]) -> Box | None:
+def union_box(boxes: list[Box]) -> Box | None:
     """The union of `boxes`; None if there are none."""
     if not boxes:
         return None
@@ -145,7 +145,7 @@ def _attach_captions(sections: list[Section]) -> list[Section]:
 
 def _joined(caption: Section, table: Section) -> tuple[tuple[int, int, Box], ...]:
     """The table's boxes, the first widened to hold its caption's (the caption is in every chunk)."""
-    union = _box([box for _, _, box in caption.boxes + table.boxes[:1]])
+    union = union_box([box for _, _, box in caption.boxes + table.boxes[:1]])
     if union is None or not table.boxes:
         return table.boxes
     return ((table.boxes[0][0], table.boxes[0][1], union),) + table.boxes[1:]

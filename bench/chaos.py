@@ -63,7 +63,7 @@ SCAN_WORDS = ("COPPER LANTERN", "RIVER FALCON", "MARBLE BEACON", "QUARTZ TUNNEL"
 _DUMP = """
 import json, sqlite3, sys
 from ingest.store import Store, is_local
-from ingest.manifest import manifest_path
+from ingest.store.manifest import manifest_path
 uri, collection, fields = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
 store = Store(uri, collection)
 rows = store.rows(fields) if store.exists() else []

@@ -35,7 +35,7 @@ from functools import lru_cache
 import numpy as np
 
 from ingest.sections import Box, Doc, Section, context_line, is_junk, joined_headings, union_box
-from ingest.store import TEXT_MAX as MAX_CHUNK_BYTES
+from ingest.store.schema import TEXT_MAX as MAX_CHUNK_BYTES
 
 SEPARATORS = ("\n\n", "\n", " ", "")
 TOKEN_PIECE_CHARS = 20_000

@@ -73,7 +73,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 
 def _run(args: argparse.Namespace) -> int:
     from ingest.config import ConfigError
-    from ingest.run import Run
+    from ingest.engines.local import Run
 
     cfg = None
     try:
@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
         engine = Run
         if cfg["run"]["engine"] == "ray":
             try:
-                from ingest.ray_run import RayRun as engine
+                from ingest.engines.ray_driver import RayRun as engine
             except ImportError as exc:
                 raise _UserError(f"the Ray engine needs Ray ({exc}); install it with pip install -e '.[ray]'") from None
     except (ConfigError, _UserError) as exc:
@@ -216,7 +216,7 @@ def _main(argv: list[str] | None) -> int:
 
     errors: tuple[type[Exception], ...] = (ConfigError, StoreError, ModelNotFound, BackendError, _UserError)
     if args.command == "run":
-        from ingest.run import RunError      # not for search: ingest.run's imports cost time
+        from ingest.engines.local import RunError      # not for search: ingest.engines.local's imports cost time
 
         errors += (RunError,)
     if args.command == "eval":

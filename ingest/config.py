@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ingest.backends import CHOICES as BACKEND_CHOICES, has_nvidia_gpu
+from ingest.chunk import ChunkSpec
 from ingest.loaders.base import LoaderOptions, OcrOptions
+from ingest.model_ref import ModelRef
 from ingest.workers.limits import usable_cores
 
 if sys.version_info >= (3, 11):
@@ -155,6 +157,13 @@ def loader_options(cfg: dict[str, Any]) -> LoaderOptions:
                          pdf_ocr=pdf["ocr"], passwords=tuple(pdf["passwords"]),
                          convert_timeout_s=cfg["loaders"]["legacy"]["convert_timeout_s"],
                          max_image_mp=cfg["limits"]["max_image_mp"], pdf_tables=pdf["tables"])
+
+
+def chunk_spec(cfg: dict[str, Any], model: ModelRef) -> ChunkSpec:
+    """How the chunker cuts text for `model`, from a loaded config."""
+    ch = cfg["chunking"]
+    return ChunkSpec(model.tokenizer_file, model.max_seq_length, ch["chunk_tokens"], ch["overlap_tokens"],
+                     ch["context_tokens"], ch["skip_junk"])
 
 
 def ocr_options(cfg: dict[str, Any]) -> OcrOptions:

@@ -30,7 +30,7 @@ from ingest.workers.encode import WINDOW_MAX, WINDOW_MIN, Pretokenized
 from ingest.write import Writer
 
 if TYPE_CHECKING:
-    from ingest.api import EncodePool
+    from ingest.encode_pool import EncodePool
 
 GROUP_CHUNKS = 256
 WINDOWS_AHEAD = 3       # "auto" [run] max_chunks_in_flight: encode windows' worth of chunks loaded ahead
@@ -170,7 +170,7 @@ def file_parts(file: Finished) -> Iterator[tuple[int, list[Row], Pretokenized, b
 
 def make_pool(model: ModelRef, settings: dict[str, Any]) -> EncodePool:
     """The EncodePool for a run's chunks, from the [model] settings (with the collection's backend)."""
-    from ingest.api import EncodePool
+    from ingest.encode_pool import EncodePool
 
     m = settings
     return EncodePool(model, devices=m["devices"], batch_size=_auto(m["batch_size"]),

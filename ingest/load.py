@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Mapping
 from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, cut_points, section_chunks
 from ingest.config import ConfigError
 from ingest.files import FileRef, Finished, Outcome
-from ingest.manifest import Entry
+from ingest.store.manifest import Entry
 from ingest.sections import Doc, Outline, Section, document_title, page_sections
 from ingest.sniff import sniff
 from ingest.loaders import LoaderError, LoaderOptions, OcrOptions, Page, Unsupported, formats, loader_for, pool_for

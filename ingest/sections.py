@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 from ingest.loaders import Page
-from ingest.store import HEADINGS_MAX, TITLE_MAX
+from ingest.store.schema import HEADINGS_MAX, TITLE_MAX
 
 CAPTION_CHARS = 300                 # a text this short beside a table belongs to it (see _attach_captions)
 HEADING_CHARS = 200                 # one heading's characters in a path (a longer one is cut)

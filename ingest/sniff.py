@@ -23,7 +23,7 @@ from ingest.loaders import LoaderError, Unsupported, format_for_extension
 from ingest.loaders.ole import SIGNATURE as OLE_SIGNATURE, office_format
 from ingest.loaders.ooxml import SIGNATURE as ZIP_SIGNATURE, zip_format
 from ingest.loaders.text import BOMS, HEAD_BYTES, utf16_without_bom
-from ingest.manifest import Entry
+from ingest.store.manifest import Entry
 
 # The formats whose content the sniff knows, as it names them in a warning; other (plugin) formats
 # are trusted by their extension.

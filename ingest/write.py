@@ -1,7 +1,7 @@
 """The write step: rows in file order, then chunk order, upserted by writer processes; store first, then manifest.
 
 NOTE (write protocol): `add` cuts the encoder's rows into batches of [store] batch_size and
-submits each to the writer processes (`ingest.writers`: a pool of `writers` processes, one
+submits each to the writer processes (`ingest.store.writers`: a pool of `writers` processes, one
 for a Milvus Lite store, which the run serves from its own host process) and goes on; it
 waits only when more than MAX_IN_FLIGHT batches per process are unanswered. A file whose
 last part was added is `accepted`: the dispatcher may load another (its text now lives in
@@ -42,10 +42,10 @@ from typing import Callable
 import numpy as np
 
 from ingest.files import Finished, Outcome
-from ingest.manifest import Entry, Manifest
+from ingest.store.manifest import Entry, Manifest
 from ingest.store import Store, StoreError, is_local
 from ingest.workers.failure import Failure
-from ingest.writers import Ack, Batch, Batcher, Refused, Segment, Unreachable, WriterPool, answer_within
+from ingest.store.writers import Ack, Batch, Batcher, Refused, Segment, Unreachable, WriterPool, answer_within
 
 FLUSH_EVERY_S = 5.0
 FLUSH_ROWS = 8192           # Milvus Lite here: 245 us/row flushing every 512 rows, 160 every 1,536 (bench/feed.py)

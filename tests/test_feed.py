@@ -12,7 +12,7 @@ from conftest import cli_env, ingest, run
 
 from ingest.api import EncodePool, Pretokenized
 from ingest.chunk import ChunkSpec, page_chunks
-from ingest.inflight import InFlight
+from ingest.engines.inflight import InFlight
 from ingest.model_ref import resolve_model
 from ingest.workers.encode import BatchPlan, load_tokenizer
 from ingest.workers.encode._tokenize import bucket_by_length

@@ -159,7 +159,7 @@ def test_prune_never_deletes_what_it_could_not_list_or_stat(work: Path) -> None:
 # -- item 3: fencing and lease takeover -----------------------------------------------------------
 def _intrude(uri: str, collection: str, **holder: object) -> None:
     """Overwrite the collection's lease row, as another run would."""
-    from ingest.server_manifest import LEASE_KEY, _row, companion_name
+    from ingest.store.server_manifest import LEASE_KEY, _row, companion_name
     from ingest.store import Store
 
     now = time.time()
@@ -214,7 +214,7 @@ def test_a_run_whose_lease_is_taken_over_deletes_nothing_more(milvus_uri: str, w
 
 def server_entries(uri: str, collection: str) -> dict[str, str]:
     """source -> file_hash, as a server collection's manifest records it."""
-    from ingest.server_manifest import ServerManifest
+    from ingest.store.server_manifest import ServerManifest
     from ingest.store import Store
 
     store = Store(uri, collection)

@@ -40,3 +40,34 @@ def test_api_and_encode_pool_import_without_torch() -> None:
     code = "import sys, ingest.api, ingest.workers.encode; assert 'torch' not in sys.modules, 'torch imported'"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def ingest_imports(path: Path) -> set[str]:
+    """Every `ingest.X[.Y]` module a module imports absolutely (from-imports by their module)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.startswith("ingest."))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("ingest."):
+            names.add(node.module)
+    return names
+
+
+STEPS = ("ingest.scan", "ingest.sniff", "ingest.load", "ingest.chunk", "ingest.ocr", "ingest.encode", "ingest.write")
+FACES = ("ingest.api", "ingest.cli", "ingest.engines")
+
+
+def within(module: str, names: tuple[str, ...]) -> bool:
+    return any(module == n or module.startswith(n + ".") for n in names)
+
+
+def test_the_store_family_imports_no_step_and_the_steps_no_face() -> None:
+    """The store knows Milvus and the manifest, not the steps that feed it; the steps do not import the
+    public API, the CLI or an engine (the engines import the steps)."""
+    bad = {}
+    for p in (ROOT / "ingest" / "store").glob("*.py"):
+        bad[p.name] = sorted(m for m in ingest_imports(p) if within(m, STEPS + FACES))
+    for step in STEPS:
+        p = ROOT / (step.replace(".", "/") + ".py")
+        bad[p.name] = sorted(m for m in ingest_imports(p) if within(m, FACES))
+    assert not {k: v for k, v in bad.items() if v}

@@ -14,7 +14,8 @@ import pytest
 from conftest import cli_env, ingest, run, store_rows
 from ingest.model_ref import resolve_model
 from ingest.search import QueryEncoder
-from ingest.store import Columns, Store
+from ingest.store import Store
+from ingest.store.schema import Columns
 
 PART = "ZX4471Q"
 # A parts list whose codes look alike to the embedding (dense ranks the target 8th), and the one passage

@@ -50,7 +50,7 @@ def test_manifest_lives_in_the_server_so_another_directory_sees_it(milvus_uri: s
 
 
 def _wait_for_lease(uri: str, collection: str, pid: int, proc: subprocess.Popen) -> None:
-    from ingest.server_manifest import companion_name, read_lease
+    from ingest.store.server_manifest import companion_name, read_lease
     from ingest.store import Store
 
     store = Store(uri, collection)
@@ -68,7 +68,7 @@ def _wait_for_lease(uri: str, collection: str, pid: int, proc: subprocess.Popen)
 
 
 def test_second_run_fails_at_once_and_a_killed_runs_lease_is_taken_over(milvus_uri: str, work: Path) -> None:
-    from ingest.server_manifest import read_lease
+    from ingest.store.server_manifest import read_lease
     from ingest.store import Store
 
     (work / "docs" / "a.txt").write_text("Lighthouses once turned their lenses with clockwork.")

@@ -26,7 +26,7 @@ WRITERS = ('[model]\nbackend = "null"\n[chunking]\nchunk_tokens = 24\noverlap_to
 
 
 def _columns(n: int, dim: int = 8):
-    from ingest.store import Columns
+    from ingest.store.schema import Columns
 
     rng = np.random.default_rng(7)
     texts = [f"row {i}: naïve café, 北京, emoji 🦦🌊, quote \" and \\ slash" * (1 + i % 3) for i in range(n)]
@@ -105,7 +105,7 @@ def _docs(work: Path, n: int = 16) -> None:
 
 def _recorded(uri: str, collection: str) -> set[str]:
     """Sources the server manifest records."""
-    from ingest.server_manifest import companion_name
+    from ingest.store.server_manifest import companion_name
     from ingest.store import Store
 
     store = Store(uri, collection)

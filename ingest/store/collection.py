@@ -5,7 +5,7 @@ is refused unless it re-embeds, so vectors of two models or two backends never s
 Ownership: a Milvus Lite file allows one process, so the run flocks it, serves it from a host
 process of its own (for itself and its writer processes) and keeps the manifest in SQLite beside
 it. A server is shared by machines, so the run holds a lease on the collection and keeps the
-manifest in the server too (`ingest.server_manifest`)."""
+manifest in the server too (`ingest.store.server_manifest`)."""
 from __future__ import annotations
 
 import json
@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ingest.backends import choose, model_file
-from ingest.chunk import ChunkSpec
-from ingest.manifest import Entry, Manifest, SqliteManifest, manifest_path
+from ingest.store.manifest import Entry, Manifest, SqliteManifest, manifest_path
 from ingest.model_ref import ModelRef, resolve_model
-from ingest.server_manifest import Lease, ServerManifest
+from ingest.store.server_manifest import Lease, ServerManifest
 from ingest.store import Store, StoreError, is_local
 
 
@@ -25,7 +24,6 @@ from ingest.store import Store, StoreError, is_local
 class Collection:
     model: ModelRef
     backend: str                   # "torch", "onnx", "onnx-int8" or "openvino" (never "auto")
-    spec: ChunkSpec
     settings: str                  # JSON of what must match for rows to be reused
     store: Store
     manifest: Manifest
@@ -72,13 +70,11 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
     backend or chunking settings."""
     model = resolve_model(cfg["model"]["name"])
     ch = cfg["chunking"]
-    spec = ChunkSpec(model.tokenizer_file, model.max_seq_length, ch["chunk_tokens"], ch["overlap_tokens"],
-                     ch["context_tokens"], ch["skip_junk"])
     store = Store(cfg["store"]["uri"], cfg["store"]["collection"], cfg["store"]["timeout_s"])
     with ExitStack() as undo:                  # on any error, give back what was taken
         undo.callback(store.close)
         store.lock()                           # a no-op for a server
-        store.serve()                          # Lite: its server in a host process of its own (ingest.lite_host)
+        store.serve()                          # Lite: its server in a host process of its own (ingest.store.lite_host)
         _refuse_foreign(store, reembed)
         if not reembed and store.exists() and store.schema()[0] < Store.SCHEMA_VERSION:
             raise StoreError(store.upgrade_message())      # before the lease, the manifest or the settings check
@@ -104,7 +100,7 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
         undo.callback(manifest.close)
         _reset_or_match(store, manifest, model.name, settings, reembed)
         manifest.set_meta("settings", settings)
-        collection = Collection(model, backend, spec, settings, store, manifest, manifest.all(), lease)
+        collection = Collection(model, backend, settings, store, manifest, manifest.all(), lease)
         undo.pop_all()
         return collection
 

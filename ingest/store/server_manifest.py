@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable
 
-from ingest.manifest import Entry
+from ingest.store.manifest import Entry
 from ingest.store import SOURCE_MAX, Store, StoreError, one_line
 
 SUFFIX = "__files"

@@ -18,7 +18,8 @@ import numpy as np
 
 from ingest.files import Row
 from ingest.sections import context_line
-from ingest.store import TEXT_MAX, Columns, Endpoint, Store, StoreError, StoreRejected
+from ingest.store.milvus import Endpoint, Store, StoreError, StoreRejected
+from ingest.store.schema import TEXT_MAX, Columns
 from ingest.workers.pool import Pools
 
 POOL = "writer"

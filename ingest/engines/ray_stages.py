@@ -30,7 +30,7 @@ from ingest.model_ref import ModelRef
 from ingest.store import Endpoint, Store
 from ingest.workers.encode import Pretokenized
 from ingest.workers.pool import Pools
-from ingest.writers import Ack, Batch, Batcher, Refused, Segment, Unreachable, upsert
+from ingest.store.writers import Ack, Batch, Batcher, Refused, Segment, Unreachable, upsert
 
 PACK_CHUNKS = 256            # chunks per row between stages (many small files share a row)
 

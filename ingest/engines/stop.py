@@ -1,4 +1,4 @@
-"""Stop signals of a run: SIGINT (Ctrl-C) and SIGTERM are stop requests. Protocol: NOTE in ingest/run.py;
+"""Stop signals of a run: SIGINT (Ctrl-C) and SIGTERM are stop requests. Protocol: NOTE in ingest/engines/local.py;
 the other processes' side: NOTE (stop signals) in workers/spawn.py."""
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ NOTE (flow and shutdown protocol):
   for: ingest/encode.py), writes the report and exits 128 + the signal (130, 143); the report
   names the signal. A second signal, or STOP_GRACE_S after the first, quits at once with
   that code (no report; workers follow via their watchdogs; the rerun redoes what was not
-  recorded). The handler is ingest/stop.py's; events go on a SimpleQueue, which it may put to.
+  recorded). The handler is ingest/engines/stop.py's; events go on a SimpleQueue, which it may put to.
 """
 from __future__ import annotations
 
@@ -38,17 +38,17 @@ from pathlib import Path
 from typing import Any, Union
 
 from ingest import load, ocr
-from ingest.collection import open_collection
+from ingest.store.collection import open_collection
 from ingest.backends import BackendError
-from ingest.config import FORMAT_POOLS, ConfigError, loader_options, ocr_options
+from ingest.config import FORMAT_POOLS, ConfigError, chunk_spec, loader_options, ocr_options
 from ingest.encode import EncodeStage
 from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
-from ingest.inflight import InFlight
+from ingest.engines.inflight import InFlight
 from ingest.model_ref import ModelNotFound
 from ingest.progress import Progress
 from ingest.report import build_report, default_report_path, summary, write_report, write_unstarted
 from ingest.scan import scan, unlisted
-from ingest.stop import Interrupted, StopSignals
+from ingest.engines.stop import Interrupted, StopSignals
 from ingest.store import StoreError
 from ingest.workers.failure import Failure
 from ingest.workers.pool import Pools
@@ -152,7 +152,7 @@ class Run:
             if isinstance(exc, OSError) or unwritten:
                 raise RunError(error + unwritten) from None
             raise
-        self.loader_options, self.ocr_options = loader_options(cfg), ocr_options(cfg)
+        self.loader_options, self.ocr_options, self.spec = loader_options(cfg), ocr_options(cfg), chunk_spec(cfg, col.model)
         if cfg["limits"]["worker_memory_mb"]:
             # glibc reserves 64 MB of address space per malloc arena, up to 8 per core, and RLIMIT_AS
             # counts reservations: without a cap, an OCR worker on 16 cores fails every page.
@@ -282,7 +282,7 @@ class Run:
             return self._complete(job)
         self._pending[ref.seq] = job
         self.stage.start_pool()
-        future = load.submit(self.pools, job.ref, self.loader_options, self.col.spec, job.known_hash)
+        future = load.submit(self.pools, job.ref, self.loader_options, self.spec, job.known_hash)
         future.add_done_callback(lambda f: self.events.put(LoadDone(ref.seq, f.result())))
 
     def _loaded(self, event: LoadDone) -> None:
@@ -295,9 +295,9 @@ class Run:
             return self._complete(state)
         pages = self._pending[event.seq] = state
         todo = pages.ocr_pages_todo
-        for page, future in ocr.fan_out(self.pools, ref.path, todo, self.ocr_options, self.col.spec, pages.doc):
+        for page, future in ocr.fan_out(self.pools, ref.path, todo, self.ocr_options, self.spec, pages.doc):
             future.add_done_callback(lambda f, p=page: self.events.put(OcrPageDone(event.seq, p, f.result())))
-        for task, future in load.fan_out(self.pools, ref.fmt, pages.segments, self.col.spec, pages.doc):
+        for task, future in load.fan_out(self.pools, ref.fmt, pages.segments, self.spec, pages.doc):
             future.add_done_callback(lambda f, t=task: self.events.put(ChunksDone(event.seq, t, f.result())))
         if not pages.pending:
             self._complete(pages.finish())

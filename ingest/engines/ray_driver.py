@@ -5,7 +5,7 @@ the local engine does (`ingest.run.Run`: same report, exit codes, incremental se
 `ingest` differs. Files for the loaders become one Ray dataset per loader pool (its load tasks
 reserve that pool's [ray.loader_cpus]), unioned into the encode actors ([ray] encode_actors,
 each with encode_gpus GPUs) and the writer actors ([ray] writers), as in Ray's own document
-embedding benchmark. The stages are `ingest.ray_stages`.
+embedding benchmark. The stages are `ingest.engines.ray_stages`.
 
 NOTE (driver protocol): a consumer thread iterates the dataset's acknowledgements (one per
 part of a file, in no particular order across files) onto a queue; the main thread takes them
@@ -42,8 +42,8 @@ from ingest import load
 from ingest.config import ConfigError, FORMAT_POOLS
 from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
 from ingest.loaders import pool_for
-from ingest.ray_stages import EncodeParts, LoadSettings, PartAck, WriteParts, dumps, load_files
-from ingest.run import Run, RunError
+from ingest.engines.ray_stages import EncodeParts, LoadSettings, PartAck, WriteParts, dumps, load_files
+from ingest.engines.local import Run, RunError
 from ingest.store import StoreError, is_local
 from ingest.workers.limits import usable_cores
 from ingest.write import FLUSH_EVERY_S, FLUSH_FILES, FLUSH_ROWS, Ledger
@@ -180,7 +180,7 @@ class RayRun(Run):
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False
         context.print_on_execution_start = False
-        settings = LoadSettings(self.loader_options, self.ocr_options, col.spec, tuple(self.cfg["loaders"]["plugins"]),
+        settings = LoadSettings(self.loader_options, self.ocr_options, self.spec, tuple(self.cfg["loaders"]["plugins"]),
                                 self.cfg["limits"]["worker_memory_mb"],
                                 tuple((p, float(self.cfg["loaders"][p]["timeout_s"])) for p in FORMAT_POOLS))
         loaded = []

@@ -3,7 +3,7 @@
 A local path (./ingest.db) is Milvus Lite, which allows one process per file: `lock()` takes
 an exclusive flock on `<db>.lock` so a second `ingest run` fails at once instead of
 corrupting the store, and `serve()` then moves the Lite server into a host process of its own
-(`ingest.lite_host`) that the run's client and its writer processes reach on a Unix socket only
+(`ingest.store.lite_host`) that the run's client and its writer processes reach on a Unix socket only
 this user can open; without `serve()` (`ingest search`) Lite runs inside this process, on such a
 socket too (never pymilvus' own Lite server, which listens on 127.0.0.1 TCP). A server URI
 (http://host:19530) reaches Milvus standalone or a cluster unchanged. The client is created in the process that
@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ingest.lite_host import LiteHost, LiteServer
-from ingest.schema import (BBOX_MAX, ELEMENT_MAX, FORMAT_MAX, HEADINGS_MAX, SOURCE_MAX, TEXT_MAX,  # noqa: F401 (the
-                           TITLE_MAX, Columns, collection_schema, upsert_request)              # field sizes' home)
+from ingest.store.lite_host import LiteHost, LiteServer
+from ingest.store.schema import Columns, collection_schema, upsert_request
 
 PROPS_MODEL, PROPS_DIM, PROPS_BACKEND = "ingest.model", "ingest.dim", "ingest.backend"
 PROPS_SCHEMA, PROPS_BM25 = "ingest.schema", "ingest.bm25"    # absent: schema 1 (before titles and BM25)

@@ -24,24 +24,22 @@ import argparse
 import json
 import os
 import random
-import resource
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import psutil
+sys.path.insert(0, str(Path(__file__).parent))
+from proctree import sampled_run  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = ("river mountain engine harbour lantern orchard copper glacier violin meadow falcon circuit "
          "canyon archive thunder pepper compass marble ribbon saddle quartz tunnel beacon walnut").split()
-ENCODE_LIBS = ("libtorch_cpu", "libonnxruntime", "onnxruntime_pybind", "libopenvino.so")
 
 
 def make_docs(folder: Path, n: int, paragraphs: int = 16) -> None:
@@ -53,65 +51,13 @@ def make_docs(folder: Path, n: int, paragraphs: int = 16) -> None:
         (folder / f"doc{i:05d}.txt").write_text("\n\n".join(paras))
 
 
-def role(p: psutil.Process) -> str:
-    """The stage a process belongs to: its ingest-<role> name, else (old code) encode if it loaded a runtime."""
-    try:
-        name = p.name()
-        if name.startswith("ingest-"):
-            return name.removeprefix("ingest-")
-        if any(lib in m.path for m in p.memory_maps() for lib in ENCODE_LIBS):
-            return "encode"
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        pass
-    return "other"
-
-
-def children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
 def measured_run(argv: list[str], cwd: Path, env: dict) -> dict:
     """Run `ingest run`; sample its process tree's CPU by role every 0.1 s."""
-    before = children_cpu()
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    top = psutil.Process(proc.pid)
-    last: dict[int, tuple[str, float]] = {}
-    roles: dict[int, str] = {}
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            try:
-                tree = [top] + top.children(recursive=True)
-            except psutil.NoSuchProcess:
-                break
-            for p in tree:
-                try:
-                    t = p.cpu_times()
-                    if p.pid not in roles or roles[p.pid] == "other":
-                        roles[p.pid] = "supervisor" if p.pid == proc.pid else role(p)
-                    last[p.pid] = (roles[p.pid], t.user + t.system)
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    pass
-            time.sleep(0.1)
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    _, stderr = proc.communicate()
-    wall = time.perf_counter() - start
-    done.set()
-    sampler.join()
-    if proc.returncode != 0:
-        sys.exit(f"ingest run failed ({proc.returncode}): {stderr.strip().splitlines()[-3:]}")
-    stages: dict[str, float] = {}
-    for name, cpu in last.values():
-        stages[name] = stages.get(name, 0.0) + cpu
-    # A process its parent never reaped is missing from RUSAGE_CHILDREN but was sampled: take the larger.
-    tree = max(children_cpu() - before, sum(stages.values()))
-    stages["unsampled"] = tree - sum(stages.values())
+    run = sampled_run(argv, cwd, env)
+    if run["rc"] != 0:
+        sys.exit(f"ingest run failed ({run['rc']}): {run['stderr'].strip().splitlines()[-3:]}")
     report = json.loads((cwd / "report.json").read_text())
-    return {"wall": wall, "tree": tree, "stages": stages, "chunks": report["totals"]["chunks"],
+    return {"wall": run["wall"], "tree": run["tree"], "stages": run["stages"], "chunks": report["totals"]["chunks"],
             "rates": report["totals"].get("chunks_per_s", {})}
 
 

@@ -5,15 +5,26 @@ submits each to the writer processes (`ingest.store.writers`: a pool of `writers
 for a Milvus Lite store, which the run serves from its own host process) and goes on; it
 waits only when more than MAX_IN_FLIGHT batches per process are unanswered. A file whose
 last part was added is `accepted`: the dispatcher may load another (its text now lives in
-batches, bounded as above). A flush (every FLUSH_ROWS rows, FLUSH_FILES files or FLUSH_EVERY_S:
-a flush seals a segment, and Milvus Lite then builds its index, so flushing often costs more
-than writing) submits the rest, waits until every batch is answered, flushes the store, then deletes stale rows of changed files (`file_hash != new`,
-so a changed file is never missing from the store) and flushes the deletes, and only then
-commits the files' manifest entries. No other write reaches the store while batches are in
-flight. A crash at any point (the whole run SIGKILLed included) leaves either the old entry
-(the file is redone next run; upserts are idempotent because ids are deterministic) or the
-new one with every row already acknowledged and durable. A writer process that dies costs
-a resubmit of its batch to a fresh one (the same ids again).
+batches, bounded as above), and joins the open group. Every FLUSH_ROWS rows, FLUSH_FILES files
+or FLUSH_EVERY_S (a flush seals a segment, and Milvus Lite then builds its index, so flushing
+often costs more than writing) the group is sealed: the rest of its rows is submitted, and its
+files go to the committer thread; each batch carries its group's number (a refused batch's
+retries keep it). The committer takes every sealed file at once (a slow store makes fewer, larger
+commits), waits until every batch of those groups and earlier ones is answered, then, without
+the writer's lock (add goes on submitting the next group's batches meanwhile), flushes the
+store if any of its files has rows in it, deletes stale rows of changed files (`file_hash !=
+new`, so a changed file is never missing from the store) and flushes the deletes, and only then
+commits the files' manifest entries, and posts Written for them in file order (one committer,
+groups in order). Rows of later groups may reach the store during a commit: they are other
+files' (a source is one file of the run), their entries wait for a later commit, and a flush
+only makes them durable sooner. Add waits when MAX_SEALED_FILES files wait for the committer,
+so memory stays flat. A crash at any point (the whole run SIGKILLed included) leaves either
+the old entry (the file is redone next run; upserts are idempotent because ids are
+deterministic) or the new one with every row already acknowledged and durable. A writer
+process that dies costs a resubmit of its batch to a fresh one (the same ids again). `flush`
+(end of input) seals the rest and waits until the committer recorded everything; an error of
+the committer (StoreError) is raised by the next add, flush_if_due or flush, and stops the run;
+close() stops the committer after the commit under way (waiting up to twice the store's timeout).
 
 NOTE (failures): a failure belongs to one file. A batch the store refuses (Refused) is
 retried file by file, and only the files whose own rows are refused fail; so does a file
@@ -27,7 +38,7 @@ rows. A file that is skipped now but was ingested before (emptied, or a link now
 outside the folder) loses its rows and entry. A store that does not answer (Unreachable:
 server gone, timeout) raises StoreError and stops the run.
 
-NOTE (fencing): `commit` asks the manifest to fence (a server collection: re-read the lease
+NOTE (fencing): `Ledger.commit` asks the manifest to fence (a server collection: re-read the lease
 now) before it deletes a row or writes an entry; a lost lease raises LeaseLost (a StoreError)
 and the run stops with nothing deleted or recorded.
 """
@@ -49,8 +60,9 @@ from ingest.store.writers import Ack, Batch, Batcher, Refused, Segment, Unreacha
 
 FLUSH_EVERY_S = 5.0
 FLUSH_ROWS = 8192           # Milvus Lite here: 245 us/row flushing every 512 rows, 160 every 1,536 (bench/feed.py)
-FLUSH_FILES = 1024          # files waiting for a flush (their manifest entries, their report lines)
+FLUSH_FILES = 1024          # files per sealed group (their manifest entries, their report lines)
 MAX_IN_FLIGHT = 4           # unanswered batches per writer process before add() waits
+MAX_SEALED_FILES = 4 * FLUSH_FILES      # files sealed and not yet committed before add() waits
 
 
 class Writer:
@@ -61,17 +73,25 @@ class Writer:
         self.model, self.batch_rows, self.backend = model, batch_rows, backend
         self.on_accepted, self.on_written = on_accepted, on_written
         self.processes = 1 if is_local(store.uri) else max(1, writers)    # Lite: one writer at a time
-        self.ledger = Ledger(store, manifest, settings)
+        self.ledger = Ledger(store, manifest, settings)     # ledger.files: the open group
         self.last_flush = time.monotonic()
-        self.seconds = 0.0                   # busy: batches in flight, or a flush's own calls
+        self.seconds = 0.0                   # busy: batches in flight, or a commit's own calls
         self.rows_written = 0
+        self.first_row_at: float | None = None   # perf_counter of the store's first acknowledged rows
         self._rows_at_flush = 0
         self._batcher = Batcher(batch_rows)  # rows not yet in a batch
-        self._in_flight: list[tuple[Batch, Future]] = []
+        self._in_flight: list[tuple[Batch, Future, int]] = []     # (batch, its Future, its group)
         self._pool: WriterPool | None = None
         self._closed = False
         self._collection_ready = False
-        self._lock = threading.RLock()       # add() runs in the encode thread, flush_if_due() in the main loop
+        self._lock = threading.RLock()       # add() runs in the encode thread, flush_if_due() in the main loop,
+        self._changed = threading.Condition(self._lock)     # the commits in the committer thread
+        self._group = 0                      # the open group's number: its batches carry it
+        self._sealed: list[Finished] = []    # files of sealed groups, not yet taken by the committer
+        self._sealed_group = -1              # the last sealed group
+        self._committing = False
+        self._committer: threading.Thread | None = None
+        self._error: StoreError | None = None    # what stopped the committer: raised to the run
         self._busy = threading.Lock()        # the busy clock, also run by the pool's result thread
         self._busy_n, self._busy_since = 0, 0.0
 
@@ -79,20 +99,21 @@ class Writer:
             last: bool) -> None:
         """Queue rows for chunks [start, start+len) of `file`; `last` marks the file's final part."""
         with self._lock:
+            self._raise_error()
             ref = file.ref
             if ref.source not in self.ledger.failed and texts:
                 if not self._collection_ready:
                     self.store.ensure_collection(self.model, int(vectors.shape[1]), self.backend)
                     self._collection_ready = True
                 self._queue(Segment(ref.source, ref.fmt, ref.file_hash, start, tuple(texts), vectors))
-            if last:
-                self.ledger.files.append(replace(file, pages=()))      # its text is in batches now
             self._take_answers(self.processes * MAX_IN_FLIGHT)
             if last:
+                self.ledger.files.append(replace(file, pages=()))      # its text is in batches now
                 self.on_accepted(file)
             if self.ledger.files and (len(self.ledger.files) >= FLUSH_FILES or self.rows_written - self._rows_at_flush >= FLUSH_ROWS
                                or time.monotonic() - self.last_flush > FLUSH_EVERY_S):
-                self._flush()
+                self._wait_committer(lambda: len(self._sealed) < MAX_SEALED_FILES)     # memory stays flat
+                self._seal()
 
     def fail(self, file: Finished, error: str) -> None:
         """`file` fails while being written (its chunks could not be encoded): drop its rows."""
@@ -100,60 +121,89 @@ class Writer:
             self._fail(file.ref.source, error)
 
     def flush_if_due(self) -> None:
-        """Flush what waits if the last flush is FLUSH_EVERY_S old: files must not wait for a next add()."""
+        """Seal what waits if the last seal is FLUSH_EVERY_S old: files must not wait for a next add(). Never
+        waits for the committer; raises what stopped it."""
         with self._lock:
-            if self.ledger.files and time.monotonic() - self.last_flush > FLUSH_EVERY_S:
-                self._flush()
+            self._raise_error()
+            if self.ledger.files and time.monotonic() - self.last_flush > FLUSH_EVERY_S \
+                    and len(self._sealed) < MAX_SEALED_FILES:
+                self._seal()
 
     def flush(self) -> None:
-        """Write and record everything added (the end of input); the writer processes stop (a later add
-        starts new ones)."""
+        """Write and record everything added (the end of input): wait until the committer recorded it; the
+        writer processes stop (a later add starts new ones)."""
         with self._lock:
-            self._flush()
+            self._raise_error()
+            if self.ledger.files:
+                self._seal()
+            self._wait_committer(lambda: not (self._sealed or self._committing))
             self._stop_pool()
 
     def close(self) -> None:
-        """Stop the writer processes for good (the run ends or stops). Needs no lock: another thread may be
-        waiting on them, and gets StoreError instead of a resubmit."""
+        """Stop the writer processes and the committer for good (the run ends or stops). Needs no lock:
+        another thread may be waiting on them, and gets StoreError instead of a resubmit. A commit under
+        way may end first (each of its calls within the store's timeout)."""
         self._closed = True
+        with self._changed:
+            self._changed.notify_all()
         self._stop_pool()
+        if self._committer is not None and self._committer is not threading.current_thread():
+            self._committer.join(timeout=2 * self.store.timeout_s + 5)
+
+    def first_row_s(self, started: float) -> float | None:
+        """Seconds from `started` (perf_counter) until the store first acknowledged rows (None: no rows)."""
+        return None if self.first_row_at is None else round(self.first_row_at - started, 3)
 
     def _stop_pool(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.stop()
 
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _wait_committer(self, until: Callable[[], bool]) -> None:
+        """Wait (the lock released meanwhile) until `until()`; raise what stopped the committer, or StoreError
+        if the run stops first."""
+        while not until():
+            self._raise_error()
+            if self._closed:
+                raise StoreError(f"the run stopped before every file written to {self.store.uri} was recorded")
+            self._changed.wait(0.5)
+        self._raise_error()
+
     # -- batches --------------------------------------------------------------------
     def _queue(self, segment: Segment) -> None:
         """Queue a segment; submit every full batch."""
         for batch in self._batcher.add(segment):
-            self._submit(batch)
+            self._submit(batch, self._group)
 
-    def _submit_queued(self) -> None:
-        if (batch := self._batcher.rest()) is not None:
-            self._submit(batch)
-
-    def _submit(self, batch: Batch) -> None:
+    def _submit(self, batch: Batch, group: int) -> None:
         if self._closed:
             raise StoreError(f"the run stopped before {batch.rows} rows were written to {self.store.uri}")
         pool = self._pool = self._pool or WriterPool(self.store.endpoint(), self.processes)
+        self._busy_start()
+        future = pool.submit(batch)
+        future.add_done_callback(lambda _: self._busy_end())
+        self._in_flight.append((batch, future, group))
+
+    def _busy_start(self) -> None:
         with self._busy:
             if self._busy_n == 0:
                 self._busy_since = time.perf_counter()
             self._busy_n += 1
-        future = pool.submit(batch)
-        future.add_done_callback(self._answered)
-        self._in_flight.append((batch, future))
 
-    def _answered(self, _: Future) -> None:
+    def _busy_end(self) -> None:
         with self._busy:
             self._busy_n -= 1
             if self._busy_n == 0:
                 self.seconds += time.perf_counter() - self._busy_since
 
-    def _take_answers(self, leave: int) -> None:
-        """Take the answers of finished batches, waiting until at most `leave` are unanswered. Every Future
-        resolves within `answer_within` of its start: a longer silence is an unreachable store."""
+    def _take_answers(self, leave: int, up_to: int | None = None) -> None:
+        """Take the answers of finished batches, waiting until at most `leave` are unanswered (of the groups
+        up to `up_to`, if given). Every Future resolves within `answer_within` of its start: a longer
+        silence is an unreachable store."""
         patience = answer_within(self.store.timeout_s)
         deadline = time.monotonic() + patience
         while True:
@@ -161,19 +211,28 @@ class Writer:
             for item in self._in_flight:
                 (answered if item[1].done() else waiting).append(item)
             self._in_flight = waiting
-            for batch, future in answered:
-                self._answer(batch, future.result())        # may submit a refused batch's files again
-            if len(self._in_flight) <= leave:
+            for batch, future, group in answered:
+                self._answer(batch, future.result(), group)     # may submit a refused batch's files again
+            counted = [f for _, f, g in self._in_flight if up_to is None or g <= up_to]
+            if len(counted) <= leave:
                 return
             if answered:
                 deadline = time.monotonic() + patience
             elif time.monotonic() > deadline:
-                raise StoreError(f"store {self.store.uri} did not answer: {len(self._in_flight)} batches of rows "
+                raise StoreError(f"store {self.store.uri} did not answer: {len(counted)} batches of rows "
                                  "unanswered by the writer processes; check the server, then rerun: the rerun resumes")
-            wait([f for _, f in self._in_flight], timeout=0.5, return_when=FIRST_COMPLETED)
+            if self._closed:
+                raise StoreError(f"the run stopped before {len(counted)} batches of rows were answered")
+            self._lock.release()                # others may add and take answers meanwhile
+            try:
+                wait(counted, timeout=0.5, return_when=FIRST_COMPLETED)
+            finally:
+                self._lock.acquire()
 
-    def _answer(self, batch: Batch, answer: Ack | Refused | Unreachable | Failure) -> None:
+    def _answer(self, batch: Batch, answer: Ack | Refused | Unreachable | Failure, group: int) -> None:
         if isinstance(answer, Ack):
+            if answer.rows and self.first_row_at is None:
+                self.first_row_at = time.perf_counter()
             self.rows_written += answer.rows
             self.ledger.touched.update(batch.sources)
             return
@@ -182,10 +241,10 @@ class Writer:
         if isinstance(answer, Failure):                  # the writer died twice or timed out: rows may be in
             self.ledger.touched.update(batch.sources)
         parts = batch.by_source()
-        if len(parts) > 1:                               # retry file by file (see NOTE)
+        if len(parts) > 1:                               # retry file by file, in the same group (see NOTE)
             for part in parts:
                 if part.segments[0].source not in self.ledger.failed:
-                    self._submit(part)
+                    self._submit(part, group)
             return
         source = parts[0].segments[0].source
         error = answer.error if isinstance(answer, Refused) else f"its rows could not be written: {answer.where}" \
@@ -196,18 +255,51 @@ class Writer:
         self.ledger.failed.setdefault(source, error)
         self._batcher.drop(source)
 
-    # -- flush ----------------------------------------------------------------------
-    def _flush(self) -> None:
-        self._submit_queued()
-        self._take_answers(0)
-        start = time.perf_counter()
-        done = self.ledger.commit()
+    # -- commits (the committer thread) -------------------------------------------------
+    def _seal(self) -> None:
+        """Close the open group: its rows all submitted, its files handed to the committer."""
+        if (batch := self._batcher.rest()) is not None:
+            self._submit(batch, self._group)
+        self._sealed += self.ledger.files
+        self.ledger.files = []
+        self._sealed_group, self._group = self._group, self._group + 1
         self.last_flush = time.monotonic()
         self._rows_at_flush = self.rows_written
-        with self._busy:
-            self.seconds += time.perf_counter() - start
-        for f in done:
-            self.on_written(f)
+        if self._committer is None:
+            self._committer = threading.Thread(target=self._commit_loop, name="ingest-commit", daemon=True)
+            self._committer.start()
+        self._changed.notify_all()
+
+    def _commit_loop(self) -> None:
+        """Thread target: commit every sealed group, in order, once its batches are all answered."""
+        try:
+            while True:
+                with self._lock:
+                    while not self._sealed and not self._closed:
+                        self._changed.wait(0.5)
+                    if self._closed:
+                        return
+                    files, self._sealed, group = self._sealed, [], self._sealed_group
+                    self._committing = True
+                    self._take_answers(0, up_to=group)   # lets add() go on while it waits
+                self._busy_start()
+                try:
+                    if self._closed:
+                        return
+                    done = self.ledger.commit(files)    # without the lock: add() goes on
+                finally:
+                    self._busy_end()
+                for f in done:
+                    self.on_written(f)
+                with self._lock:
+                    self._committing = False            # flush() returns after the last Written
+                    self._changed.notify_all()
+        except Exception as exc:            # the run stops with it (raised by the next add, flush, flush_if_due)
+            error = exc if isinstance(exc, StoreError) else StoreError(
+                f"recording written files in {self.store.uri} failed: {' '.join(str(exc).split())[:300]}")
+            with self._lock:
+                self._error, self._committing = error, False
+                self._changed.notify_all()
 
 
 class Ledger:
@@ -220,11 +312,15 @@ class Ledger:
         self.failed: dict[str, str] = {}     # source -> error, for files failed while being written
         self.touched: set[str] = set()       # sources whose rows may be in the store, file not settled yet
 
-    def commit(self) -> list[Finished]:
-        """Flush the store, delete what the files replace or abandon, record them; the files as they end."""
-        if self.touched:
+    def commit(self, files: list[Finished] | None = None) -> list[Finished]:
+        """Flush the store, delete what the files (`files`, else the ledger's own, taken) replace or abandon,
+        record them; the files as they end. Their batches must all be answered; other threads may add
+        answers of other files meanwhile (their sources are other keys of `failed` and `touched`)."""
+        if files is None:
+            files, self.files = self.files, []
+        if any(f.ref.source in self.touched for f in files):
             self.store.flush()
-        done = [self._settle(f) for f in self.files]
+        done = [self._settle(f) for f in files]
         dropped = [f.ref.source for f in done if f.drop]
         keep = {f.ref.source: f.ref.file_hash for f in done        # a changed file: only its new version
                 if f.outcome.status == "ingested" and f.old_hash and f.old_hash != f.ref.file_hash}
@@ -243,12 +339,11 @@ class Ledger:
             self.store.delete_source(source)
         if keep or dropped:
             self.store.flush()
-        self.touched -= {f.ref.source for f in done}
+        self.touched.difference_update(f.ref.source for f in done)
         if entries:
             self.manifest.record(entries)
         if dropped:
             self.manifest.remove(dropped)
-        self.files = []
         return done
 
     def _settle(self, file: Finished) -> Finished:

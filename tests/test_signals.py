@@ -18,7 +18,7 @@ import pytest
 from conftest import cli_env, row_ids, run
 
 CONFIG = '[loaders]\nplugins = ["fault_loaders"]\n[loaders.txt]\nworkers = 1\n[run]\nmax_files_in_flight = 2\n'
-FILES = 10
+FILES = 20          # 0.7 s each on one loader: commits no longer hold loading back, so the signal needs time
 
 
 def _docs(work: Path) -> None:

@@ -133,7 +133,7 @@ class Run:
     def execute(self) -> int:
         """Ingest the folder: the exit code (EXIT_OK, EXIT_FAILED, or 128 + the stop signal); a StoreError or
         RunError that stopped the run is raised after the report is written."""
-        started = time.perf_counter()
+        started = self.started = time.perf_counter()
         with self.signals:
             try:
                 return self._execute(started)
@@ -222,7 +222,8 @@ class Run:
             self.writer.close()
 
     def engine_totals(self) -> dict[str, Any]:
-        return {"pools_replaced": self.pools.replaced}
+        return {"pools_replaced": self.pools.replaced,
+                "first_row_s": self.writer.first_row_s(self.started) if self.writer else None}
 
     def _loop(self, files: list[tuple[FileRef, Outcome | None]], encode_thread: threading.Thread) -> list[Finished]:
         max_chunks = self.cfg["run"]["max_chunks_in_flight"]

@@ -70,6 +70,7 @@ class RayRun(Run):
         self._refs = {ref.seq: ref for ref, _ in files}
         self._done: set[int] = set()                            # files in the ledger or written
         self._encoders: dict[str, int] = defaultdict(int)       # Ray node id -> rows it encoded
+        self._first_row_at: float | None = None                 # perf_counter of the first acknowledged rows
         written: list[Finished] = []
         jobs: dict[str, list[load.Job]] = defaultdict(list)
         for ref, problem in files:
@@ -146,6 +147,7 @@ class RayRun(Run):
         if ack.unreachable:
             raise StoreError(ack.error)
         if ack.rows:
+            self._first_row_at = self._first_row_at or time.perf_counter()
             self.ledger.touched.add(source)
             self._encoders[ack.encoder] += ack.rows
         if ack.error:
@@ -250,4 +252,6 @@ class RayRun(Run):
         self._shutdown_ray()
 
     def engine_totals(self) -> dict[str, Any]:
-        return {"engine": "ray", "rows_by_encoder_node": dict(getattr(self, "_encoders", {}))}
+        first = getattr(self, "_first_row_at", None)
+        return {"engine": "ray", "rows_by_encoder_node": dict(getattr(self, "_encoders", {})),
+                "first_row_s": round(first - self.started, 3) if first else None}

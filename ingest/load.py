@@ -28,6 +28,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
+from ingest import remote
 from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, cut_points, section_chunks
 from ingest.config import ConfigError
 from ingest.files import FileRef, Finished, Outcome
@@ -119,13 +120,14 @@ def file_hash(path: str) -> str:
 def load_file(task: LoadTask) -> Loaded | Failure:
     start = time.perf_counter()
     try:
-        digest = file_hash(task.path)
+        path, digest = remote.local_copy(task.path)       # a URL's object, fetched once per file (ingest/remote.py)
+        digest = digest or file_hash(path)
         if digest == task.known_hash:
             return Loaded(digest, (), (), time.perf_counter() - start, unchanged=True)
         pages, ocr, rest = [], [], []
         chunked = 0
         doc, outline = None, Outline()
-        for page in loader_for(task.fmt)(Path(task.path), task.options):
+        for page in loader_for(task.fmt)(Path(path), task.options):
             doc = doc or Doc(task.source, document_title(page, task.source))
             if page.needs_ocr:
                 ocr.append((page.number, outline.path))

@@ -11,6 +11,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
+from ingest import remote
 from ingest.chunk import ChunkSpec, PageChunks, section_chunks
 from ingest.load import task_failure
 from ingest.sections import Doc, Outline, page_sections
@@ -43,7 +44,7 @@ def ocr_page(task: OcrTask) -> OcrDone | Failure:
 
     start = time.perf_counter()
     try:
-        page = recognize(Path(task.path), task.page, task.options)
+        page = recognize(Path(remote.local_copy(task.path)[0]), task.page, task.options)   # no new fetch
         sections = page_sections(page, Outline(task.headings))
         return OcrDone(tuple(section_chunks(s, task.spec, task.doc) for s in sections), time.perf_counter() - start)
     except Exception as exc:

@@ -18,6 +18,7 @@ import stat
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
+from ingest import remote
 from ingest.files import FileRef, Finished, Outcome
 from ingest.loaders import LoaderError, Unsupported, format_for_extension
 from ingest.loaders.ole import SIGNATURE as OLE_SIGNATURE, office_format
@@ -80,23 +81,27 @@ def _read_head(path: Path) -> bytes:
         os.close(fd)
 
 
-def detect_format(path: Path, ext: str | None = None) -> str:
-    """The format to read `path` as: for the built-in formats, the one its content shows.
+def detect_format(path: Path | str, ext: str | None = None) -> str:
+    """The format to read `path` (a local path, or a URL: ingest/remote.py) as: for the built-in formats,
+    the one its content shows.
 
     `ext` is the extension its name claims (`path`'s own by default; a followed link's name may
     differ from its target's). Raises Unsupported for an unknown extension, an empty file or a
     known kind of file no loader reads, LoaderError for an unreadable, damaged or misnamed file.
     """
-    ext = (path.suffix if ext is None else ext).lower()
+    url = remote.is_url(path)
+    ext = (PurePosixPath(path).suffix if ext is None else ext).lower()
     claimed = format_for_extension(ext)
     if claimed is None and ext:
         raise Unsupported(f"unsupported file type {ext}")
     try:
-        head = _read_head(path)
+        head = remote.read_head(str(path), HEAD_BYTES) if url else _read_head(Path(path))
         if not head.strip() and len(head) < HEAD_BYTES:
             raise Unsupported("empty file")
         if claimed is not None and claimed not in LABELS:
             return claimed
+        if url and (kind := _signature(head, claimed)) in ("zip", "ole"):
+            return _container_by_name(kind, claimed, ext)
         return _by_content(path, head, claimed, ext)
     except LoaderError:
         if claimed is None:
@@ -128,6 +133,17 @@ def _by_content(path: Path, head: bytes, claimed: str | None, ext: str) -> str:
     raise LoaderError(f"content does not look like a {ext} file; the file is damaged or misnamed")
 
 
+def _container_by_name(kind: str, claimed: str | None, ext: str) -> str:
+    """An object's ZIP or compound file by its name: its directory lies past the head, so the loader, reading
+    the local copy, tells a misnamed one."""
+    if claimed in (("docx", "pptx") if kind == "zip" else _LEGACY):
+        return claimed
+    if claimed is None:
+        raise Unsupported("unsupported file type (no extension)")
+    what = "a ZIP archive" if kind == "zip" else "a legacy Office file"
+    raise LoaderError(f"content is {what}, not a {ext} file; rename it to what it is to ingest it")
+
+
 def _ole_format(path: Path, claimed: str | None) -> str:
     """doc or ppt by the compound file's directory; a .doc or .ppt that cannot be told is trusted to LibreOffice."""
     try:
@@ -157,7 +173,7 @@ def sniff(ref: FileRef, known: Entry | None, settings: str, max_file_mb: float) 
     claimed = format_for_extension(ext)
     guess = replace(ref, fmt=claimed or ext.lstrip(".") or "unknown")
     try:
-        fmt = detect_format(Path(ref.path), ext)
+        fmt = detect_format(ref.path, ext)
     except Unsupported as exc:
         return Finished(guess, Outcome("skipped", str(exc)))
     except LoaderError as exc:

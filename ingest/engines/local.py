@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from ingest import load, ocr
+from ingest import load, ocr, remote
 from ingest.store.collection import open_collection
 from ingest.backends import BackendError
 from ingest.config import FORMAT_POOLS, ConfigError, chunk_spec, loader_options, ocr_options
@@ -111,9 +111,9 @@ Event = Union[LoadDone, OcrPageDone, ChunksDone, Accepted, Written, EncodeFailed
 
 
 class Run:
-    def __init__(self, cfg: dict[str, Any], root: Path, *, quiet: bool = False, prune: bool = False,
+    def __init__(self, cfg: dict[str, Any], root: Path | str, *, quiet: bool = False, prune: bool = False,
                  reembed: bool = False, report_path: Path | None = None):
-        self.cfg, self.root = cfg, root.resolve()
+        self.cfg, self.root = cfg, root if remote.is_url(root) else root.resolve()   # a folder, or a URL's
         self.quiet, self.prune, self.reembed = quiet, prune, reembed
         self.report_path = report_path or default_report_path(cfg["store"]["uri"])
         self.events: queue.SimpleQueue[Event] = queue.SimpleQueue()
@@ -134,7 +134,7 @@ class Run:
         """Ingest the folder: the exit code (EXIT_OK, EXIT_FAILED, or 128 + the stop signal); a StoreError or
         RunError that stopped the run is raised after the report is written."""
         started = self.started = time.perf_counter()
-        with self.signals:
+        with self.signals, remote.fetch_dir(self.root):        # a URL's objects are fetched there (ingest/remote.py)
             try:
                 return self._execute(started)
             except Interrupted:
@@ -157,7 +157,7 @@ class Run:
             # glibc reserves 64 MB of address space per malloc arena, up to 8 per core, and RLIMIT_AS
             # counts reservations: without a cap, an OCR worker on 16 cores fails every page.
             os.environ.setdefault("MALLOC_ARENA_MAX", "4")
-        files = list(scan(self.root, cfg["run"]["follow_symlinks"]))
+        files = list((remote.scan_url if remote.is_url(self.root) else scan)(self.root, cfg["run"]["follow_symlinks"]))
         self.progress = Progress(len(files), self.quiet)
         self.signals.ingesting()
         try:
@@ -319,6 +319,7 @@ class Run:
     def _complete(self, file: Finished) -> None:
         """Hand a finished file to the reorder buffer; feed the encoder every file that is next in order."""
         self._pending.pop(file.ref.seq, None)
+        remote.discard(file.ref.path)                  # its local copy, if it was fetched (ingest/remote.py NOTE)
         self._in_flight.loaded(file.ref.seq, file.outcome.chunks)
         for ready in self._reorder.put(file.ref.seq, load.drop_if_skipped(file, self.col.known)):
             self.stage.feed.put(ready)

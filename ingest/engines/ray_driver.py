@@ -38,7 +38,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
-from ingest import load
+from ingest import load, remote
 from ingest.config import ConfigError, FORMAT_POOLS
 from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
 from ingest.loaders import pool_for
@@ -226,7 +226,8 @@ class RayRun(Run):
         if ray.is_initialized():
             return
         r = self.cfg["ray"]
-        env = {k: v for k, v in os.environ.items() if k.startswith("INGEST_") or k in FORWARD_ENV}
+        prefixes = ("INGEST_", *remote.forwarded_env(self.root))      # a URL's credentials and endpoint
+        env = {k: v for k, v in os.environ.items() if k.startswith(prefixes) or k in FORWARD_ENV}
         env.setdefault("HF_HUB_OFFLINE", "1")
         kwargs: dict[str, Any] = dict(runtime_env={"env_vars": env}, log_to_driver=False,
                                       logging_level=logging.ERROR, configure_logging=True)

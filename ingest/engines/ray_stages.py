@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ingest import remote
 from ingest.chunk import ChunkSpec
 from ingest.encode import chunk_failure_text, file_parts, make_pool
 from ingest.files import Finished, Row
@@ -111,6 +112,7 @@ def load_files(batch: dict[str, Any], settings: LoadSettings) -> dict[str, list[
     pools = _pools.get(settings)
     if pools is None:
         import_plugins(settings.plugins)             # formats resolve to their pools here too
+        remote.private_fetch_dir()                   # where its pools' workers fetch objects (ingest/remote.py NOTE)
         timeouts = dict(settings.timeouts)
         pools = _pools[settings] = Pools({name: 1 for name in timeouts}, timeouts, init_loader_process,
                                          (settings.plugins, settings.memory_mb))
@@ -118,6 +120,7 @@ def load_files(batch: dict[str, Any], settings: LoadSettings) -> dict[str, list[
     for blob in batch["job"]:
         job: Job = pickle.loads(blob)
         parts += parts_of(load_whole(pools, job, settings.options, settings.ocr_options, settings.spec))
+        remote.discard(job.ref.path)
     return {"pack": packed(parts)}
 
 

@@ -1,4 +1,4 @@
-"""tqdm bars on stderr: files written and chunks embedded."""
+"""tqdm bars on stderr: files settled (the total grows as the scan finds files) and chunks embedded."""
 from __future__ import annotations
 
 import sys
@@ -8,18 +8,26 @@ from tqdm import tqdm
 
 
 class Progress:
-    def __init__(self, total_files: int, quiet: bool):
+    def __init__(self, quiet: bool):
         self._lock = threading.Lock()
-        self.files = tqdm(total=total_files, desc="files", unit="file", position=0, file=sys.stderr,
+        self.files = tqdm(total=0, desc="files", unit="file", position=0, file=sys.stderr,
                           disable=quiet, dynamic_ncols=True)
         self.chunks = tqdm(desc="chunks embedded", unit="chunk", position=1, file=sys.stderr,
                            disable=quiet, dynamic_ncols=True)
 
-    def written(self, chunks: int) -> None:
+    def found(self) -> None:
+        """The scan found one more file."""
+        with self._lock:
+            self.files.total += 1
+
+    def embedded(self, chunks: int) -> None:
+        if chunks:
+            with self._lock:
+                self.chunks.update(chunks)
+
+    def settled(self) -> None:
         with self._lock:
             self.files.update(1)
-            if chunks:
-                self.chunks.update(chunks)
 
     def close(self) -> None:
         self.chunks.close()

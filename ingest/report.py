@@ -1,14 +1,26 @@
-"""The per-file JSON report and the closing summary line."""
+"""The per-file JSON report and the closing summary line.
+
+NOTE (spool): a run's files settle one by one (`Tally.add`): each file's report line is appended
+to a spool beside the report (`<report>.files.jsonl`, one JSON object a line, in the file
+within SPOOL_FLUSH_S) and only counters stay in memory. At the end `Tally.write` assembles the report from the
+spool (a JSON object: "files", one entry a line, and "totals"), writes it atomically and removes
+the spool. A run killed before its report leaves the spool: the lines of the files that ended.
+"""
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Iterable
 
 from ingest.files import Finished
+from ingest.scan import unlisted
 from ingest.store import is_local
+
+SPOOL_FLUSH_S = 0.5          # a settled file's line reaches the spool file within this (one write, not one a file)
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def default_report_path(uri: str) -> Path:
@@ -30,41 +42,92 @@ def file_entry(file: Finished) -> dict[str, Any]:
     return entry
 
 
-def build_report(files: list[Finished], seconds: float, stages: dict[str, float], extra: dict[str, Any]) -> dict:
-    by_status = Counter(f.outcome.status for f in files)
-    by_format = Counter(f.ref.fmt or "unknown" for f in files)
-    written = sum(f.outcome.chunks for f in files if f.outcome.status == "ingested")
-    return {
-        "files": [file_entry(f) for f in files],
-        "totals": {"files": len(files), "by_status": dict(by_status), "by_format": dict(by_format),
-                   "chunks": written, "junk_chunks": sum(f.outcome.junk for f in files), "seconds": round(seconds, 2),
-                   "chunks_per_s": {k: round(v, 1) for k, v in stages.items()}, **extra},
-    }
+class Tally:
+    """The files of a run as they settle: their lines in the spool (NOTE), their counts in memory, the
+    recorded sources no file settled as yet (`unseen`: for prune) and the folders the scan could not list."""
+
+    def __init__(self, report_path: Path, recorded: Iterable[str] = ()):
+        self.report_path = report_path
+        self.unseen, self.unlisted = set(recorded), []
+        self.spool = report_path.with_name(report_path.name + ".files.jsonl")
+        self.by_status: Counter[str] = Counter()
+        self.by_format: Counter[str] = Counter()
+        self.files = self.chunks = self.junk = 0
+        self.load_s = 0.0                    # loading seconds of the ingested files
+        self._out: IO[str] | None = None
+        self._flushed = 0.0
+
+    def add(self, file: Finished) -> None:
+        if self._out is None:
+            self.spool.parent.mkdir(parents=True, exist_ok=True)
+            self._out = open(self.spool, "w", encoding="utf-8")
+        self._out.write(_ENCODE(file_entry(file)) + "\n")
+        if (now := time.monotonic()) - self._flushed > SPOOL_FLUSH_S:
+            self._out.flush()
+            self._flushed = now
+        o = file.outcome
+        self.unseen.discard(file.ref.source)
+        self.unlisted += unlisted(((file.ref, o),))
+        self.files += 1
+        self.by_status[o.status] += 1
+        self.by_format[file.ref.fmt or "unknown"] += 1
+        self.junk += o.junk
+        if o.status == "ingested":
+            self.chunks += o.chunks
+            self.load_s += o.seconds
+
+    def rates(self, busy_s: dict[str, float | None], write: tuple[int, float]) -> dict[str, float]:
+        """Chunks per second: loading (its seconds summed over processes), each stage of `busy_s` (seconds
+        busy), writing (`write`: rows, seconds busy)."""
+        if not self.chunks:
+            return {}
+        rates = {"load": self.chunks / self.load_s} if self.load_s else {}
+        rates.update((stage, self.chunks / secs) for stage, secs in busy_s.items() if secs)
+        if write[1]:
+            rates["write"] = write[0] / write[1]
+        return rates
+
+    def totals(self, seconds: float, stages: dict[str, float], extra: dict[str, Any]) -> dict[str, Any]:
+        return {"files": self.files, "by_status": dict(self.by_status), "by_format": dict(self.by_format),
+                "chunks": self.chunks, "junk_chunks": self.junk, "seconds": round(seconds, 2),
+                "chunks_per_s": {k: round(v, 1) for k, v in stages.items()}, **extra}
+
+    def write(self, totals: dict[str, Any]) -> None:
+        """The report from the spool, written atomically; then the spool goes."""
+        if self._out is not None:
+            self._out.close()
+        path = self.report_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write('{\n "files": [')
+            if self._out is not None:
+                with open(self.spool, encoding="utf-8") as lines:
+                    for n, line in enumerate(lines):
+                        out.write(("\n  " if n == 0 else ",\n  ") + line.rstrip("\n"))
+            out.write('\n ],\n "totals": ' if self.files else '],\n "totals": ')
+            out.write(json.dumps(totals, indent=1, ensure_ascii=False).replace("\n", "\n ") + "\n}")
+        os.replace(tmp, path)
+        if self._out is not None:
+            self.spool.unlink(missing_ok=True)
 
 
 def write_unstarted(path: Path, stopped_by: str, exit_code: int, seconds: float, extra: dict[str, Any]) -> str:
     """Write the report of a run that stopped before its scan: no files, what stopped it (one line), the
     exit code, not_started None (the folder was not read). "" once written, else why not, to append to
     the error's one line (the run is failing already: this must not hide why)."""
-    report = build_report([], seconds, {}, {"not_started": None, "pruned": 0, "interrupted": False, "signal": None,
-                                            "stopped_by": stopped_by, "exit_code": exit_code, **extra})
+    tally = Tally(path)
+    totals = tally.totals(seconds, {}, {"not_started": None, "scan_finished": False, "pruned": 0, "interrupted": False,
+                                        "signal": None, "stopped_by": stopped_by, "exit_code": exit_code, **extra})
     try:
-        write_report(report, path)
+        tally.write(totals)
     except OSError as exc:
         return f"; no report written to {path} ({exc.strerror or exc})"
     return ""
 
 
-def write_report(report: dict, path: Path) -> None:
-    """Atomically: write a temp file, then os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def summary(report: dict) -> str:
-    t = report["totals"]
+def summary(t: dict) -> str:
+    """The closing line, from the report's totals."""
     status = ", ".join(f"{n} {s}" for s, n in sorted(t["by_status"].items()))
     fmts = ", ".join(f"{n} {f}" for f, n in sorted(t["by_format"].items()))
     rates = ", ".join(f"{k} {v:g}" for k, v in t["chunks_per_s"].items())

@@ -1,4 +1,5 @@
-"""The scan step: walk the folder; every file becomes a FileRef, in a deterministic (sorted) order.
+"""The scan step: walk the folder lazily; every file becomes a FileRef, in a deterministic order
+(a directory's entries by name, a subdirectory at its sorted place).
 
 A file's `source` (its manifest key, its name in the store and the report) is its relative path in
 printable form, so any name the file system allows can be stored; its `path` is what is opened.
@@ -8,7 +9,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from ingest.files import FileRef, Outcome
 from ingest.store import SOURCE_MAX
@@ -26,6 +27,8 @@ def printable(rel: str) -> str:
     character or DEL `\\n`, `\\t`, `\\r` or `\\xNN` (NN < 80); a C1 control character `\\u00NN`.
     Everything else is kept, so distinct names stay distinct and a UTF-8 name without those is unchanged.
     """
+    if rel.isprintable() and "\\" not in rel:      # the common case: nothing to escape
+        return rel
     out: list[str] = []
     for ch in os.fsencode(rel).decode("utf-8", "surrogateescape"):
         code = ord(ch)
@@ -43,37 +46,82 @@ def printable(rel: str) -> str:
 
 
 def scan(root: Path, follow_symlinks: str) -> Iterator[tuple[FileRef, Outcome | None]]:
-    """(FileRef, None) for every file under `root`, sorted by source; a file that cannot be listed,
-    stat'ed or followed, or is not to be followed, comes with its failed or skipped Outcome instead.
+    """(FileRef, None) for every file under `root`, lazily, directory by directory; a file that cannot be
+    listed, stat'ed or followed, or is not to be followed, comes with its failed or skipped Outcome instead.
 
+    The order is deterministic: a directory's entries sorted by name, a subdirectory walked at its
+    sorted place; `seq` counts the files in that order as they are yielded, so the first file comes
+    at once whatever the folder's size (only one directory's names are held per level).
     `follow_symlinks` ([run] follow_symlinks): "inside" follows a link to a file only when its
     target lies inside `root`, "all" follows every one, "none" none. A followed link's `path` is its
     resolved target. Links to folders are never followed.
     """
-    entries: list[tuple[str, str, str | None, str | None]] = []   # (source, path, status, error)
     inside = os.path.realpath(root)
-
-    def onerror(exc: OSError) -> None:            # a folder not listed, or not to its end
-        rel = _rel(root, exc.filename) if exc.filename else "."      # which one unknown: the whole folder
-        entries.append((rel, str(exc.filename or root), "failed", f"{CANNOT_LIST}: {exc.strerror}"))
-
-    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=False):
-        dirnames.sort()
-        for name in dirnames:
-            full = os.path.join(dirpath, name)
-            if os.path.islink(full):
-                entries.append((_rel(root, full), full, "skipped", "directory symlink (not followed)"))
-        for name in filenames:
-            full = os.path.join(dirpath, name)
-            status, error = None, None
-            if os.path.islink(full) and follow_symlinks == "none":
-                status, error = "skipped", f"symlink; {_FOLLOW_HINT['none']}"
-            entries.append((_rel(root, full), full, status, error))
-    for seq, (source, path, status, error) in enumerate(sorted(entries, key=lambda e: e[0])):
-        if status is None:
-            yield _follow(FileRef(seq, source, path), follow_symlinks, inside)
+    seq = 0
+    stack = [iter(_listing(str(root), "."))]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+            continue
+        full, source, kind, why = entry
+        if kind == "dir":
+            stack.append(iter(_listing(full, source)))
+            continue
+        ref = FileRef(seq, source, full)
+        seq += 1
+        if kind == "unlisted":
+            yield ref, Outcome("failed", f"{CANNOT_LIST}: {why}")
+        elif kind == "dirlink":
+            yield ref, Outcome("skipped", "directory symlink (not followed)")
+        elif kind == "link" and follow_symlinks == "none":
+            yield ref, Outcome("skipped", f"symlink; {_FOLLOW_HINT['none']}")
         else:
-            yield FileRef(seq, source, path), Outcome(status, error)
+            yield _follow(ref, follow_symlinks, inside, kind == "link")
+
+
+def _listing(folder: str, source: str) -> list[tuple[str, str, str, str]]:
+    """`folder`'s entries sorted by name, as (path, source, kind, ""): kind "dir", "dirlink" (a link to a
+    folder), "link" (to anything else, or broken) or "file"; or [(folder, source, "unlisted", why)] if it
+    cannot be listed to its end (then none of its entries: what it holds is unknown). `source` is the
+    folder's own ("." for the root)."""
+    try:
+        with os.scandir(folder) as it:
+            entries = sorted((e.name, e.path, _kind(e)) for e in it)
+    except OSError as exc:
+        return [(folder, source, "unlisted", exc.strerror or str(exc))]
+    prefix = "" if source == "." else source + "/"
+    return [(path, prefix + printable(name), kind, "") for name, path, kind in entries]
+
+
+def _kind(entry: os.DirEntry) -> str:
+    try:
+        is_dir = entry.is_dir()
+    except OSError:                        # as os.walk: an entry that cannot be told a folder is not one
+        is_dir = False
+    link = entry.is_symlink()
+    return ("dirlink" if link else "dir") if is_dir else ("link" if link else "file")
+
+
+class Scan:
+    """A scan as an engine pulls it: `found` files so far (`on_found` called for each), `finished` once it ended."""
+
+    def __init__(self, files: Iterator[tuple[FileRef, Outcome | None]], on_found: Callable[[], None]):
+        self.files, self.on_found = files, on_found
+        self.found, self.finished = 0, False
+
+    def __iter__(self) -> Scan:
+        return self
+
+    def __next__(self) -> tuple[FileRef, Outcome | None]:
+        try:
+            item = next(self.files)
+        except StopIteration:
+            self.finished = True
+            raise
+        self.found += 1
+        self.on_found()
+        return item
 
 
 def unlisted(files: Iterable[tuple[FileRef, Outcome | None]]) -> list[str]:
@@ -83,7 +131,7 @@ def unlisted(files: Iterable[tuple[FileRef, Outcome | None]]) -> list[str]:
             if problem is not None and (problem.error or "").startswith(CANNOT_LIST)]
 
 
-def _follow(ref: FileRef, follow_symlinks: str, inside: str) -> tuple[FileRef, Outcome | None]:
+def _follow(ref: FileRef, follow_symlinks: str, inside: str, link: bool) -> tuple[FileRef, Outcome | None]:
     """`ref` stat'ed, with a followed link's target as its path; or its failed or skipped Outcome."""
     size = len(ref.source.encode())
     if size > SOURCE_MAX:
@@ -94,15 +142,11 @@ def _follow(ref: FileRef, follow_symlinks: str, inside: str) -> tuple[FileRef, O
     except OSError as exc:
         return ref, Outcome("failed", _stat_error(exc))
     path = ref.path
-    if os.path.islink(path):
+    if link:
         path = os.path.realpath(path)
         if follow_symlinks == "inside" and os.path.commonpath((inside, path)) != inside:
             return ref, Outcome("skipped", f"link leads outside the folder; {_FOLLOW_HINT['inside']}")
     return FileRef(ref.seq, ref.source, path, st.st_size, st.st_mtime_ns), None
-
-
-def _rel(root: Path, path: str) -> str:
-    return printable(Path(path).relative_to(root).as_posix())
 
 
 def _stat_error(exc: OSError) -> str:

@@ -160,15 +160,23 @@ def _ole_format(path: Path, claimed: str | None) -> str:
     return fmt
 
 
+def unchanged(ref: FileRef, known: Entry | None, settings: str) -> Finished | None:
+    """`ref` as an unchanged Finished file if its manifest entry has its size, mtime and settings (it is not
+    opened), else None."""
+    if (known is not None and known.status == "ingested" and known.settings == settings
+            and (known.size, known.mtime_ns) == (ref.size, ref.mtime_ns)):
+        return Finished(replace(ref, fmt=known.format, file_hash=known.file_hash),
+                        Outcome("unchanged", chunks=known.chunks))
+    return None
+
+
 def sniff(ref: FileRef, known: Entry | None, settings: str, max_file_mb: float) -> FileRef | Finished:
     """The step before loading: `ref` with its format (and a warning when its content contradicts
     its name), or the Finished file when it needs no loader (unsupported, empty, unreadable or
     damaged, over max_file_mb, or unchanged by size and mtime, which is decided first: an unchanged
     file is not opened)."""
-    if (known is not None and known.status == "ingested" and known.settings == settings
-            and (known.size, known.mtime_ns) == (ref.size, ref.mtime_ns)):       # not even opened
-        return Finished(replace(ref, fmt=known.format, file_hash=known.file_hash),
-                        Outcome("unchanged", chunks=known.chunks))
+    if (same := unchanged(ref, known, settings)) is not None:
+        return same
     ext = PurePosixPath(ref.source).suffix.lower()        # the name in the folder, not a followed link's target
     claimed = format_for_extension(ext)
     guess = replace(ref, fmt=claimed or ext.lstrip(".") or "unknown")

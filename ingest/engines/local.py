@@ -3,7 +3,8 @@
     scan -> sniff -> load (loader pools; chunk in the worker) -> OCR and chunk fan-out -> reorder -> encode -> write
 
 NOTE (flow and shutdown protocol):
-- The main thread scans the folder and dispatches files while fewer than [run]
+- The main thread pulls the lazy scan as it dispatches files (each ends in `settle`; an unchanged
+  file with no unsettled file before it settles at once, without the pipeline) while fewer than [run]
   max_files_in_flight are loading and fewer than max_chunks_in_flight chunks (each file counts at
   least 1) wait between loading and the writer's Accepted (it holds all their rows; it records
   them at its next flush, then posts Written). Pools return Futures whose done-callbacks post small frozen
@@ -33,9 +34,10 @@ import queue
 import sys
 import threading
 import time
+from itertools import chain
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Iterator, Union
 
 from ingest import load, ocr, remote
 from ingest.store.collection import open_collection
@@ -46,8 +48,9 @@ from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
 from ingest.engines.inflight import InFlight
 from ingest.model_ref import ModelNotFound
 from ingest.progress import Progress
-from ingest.report import build_report, default_report_path, summary, write_report, write_unstarted
-from ingest.scan import scan, unlisted
+from ingest.report import Tally, default_report_path, summary, write_unstarted
+from ingest.scan import Scan, scan
+from ingest.sniff import unchanged
 from ingest.engines.stop import Interrupted, StopSignals
 from ingest.store import StoreError
 from ingest.workers.failure import Failure
@@ -124,7 +127,8 @@ class Run:
         self._in_flight = InFlight(cfg["run"]["max_files_in_flight"])
         self._reorder: Reorder[Finished] = Reorder(InFlight.most_files(
             cfg["run"]["max_files_in_flight"], EncodeStage.most_chunks_ahead(cfg["run"]["max_chunks_in_flight"])))
-        self._total = 0
+        self._total: int | None = None      # files pulled from the scan, once it is exhausted
+        self._open: dict[int, FileRef] = {}     # dispatched, not yet settled (bounded by what is in flight)
         self._fatal: StoreError | RunError | None = None     # what stopped the run, if anything did
         self.pools: Pools | None = None
         self.stage: EncodeStage | None = None
@@ -157,36 +161,42 @@ class Run:
             # glibc reserves 64 MB of address space per malloc arena, up to 8 per core, and RLIMIT_AS
             # counts reservations: without a cap, an OCR worker on 16 cores fails every page.
             os.environ.setdefault("MALLOC_ARENA_MAX", "4")
-        files = list((remote.scan_url if remote.is_url(self.root) else scan)(self.root, cfg["run"]["follow_symlinks"]))
-        self.progress = Progress(len(files), self.quiet)
+        for warning in col.warnings:          # a Lite store past its size (docs/scale.md): said at once, and reported
+            print(f"warning: {warning}", file=sys.stderr)
+        self.tally, self.progress = Tally(self.report_path, col.known), Progress(self.quiet)
+        walk = remote.scan_url if remote.is_url(self.root) else scan
+        files = Scan(walk(self.root, cfg["run"]["follow_symlinks"]), self.progress.found)
         self.signals.ingesting()
         try:
-            written = self.ingest(files)
+            self.ingest(files)
         finally:
             self.close()
             self.progress.close()
         fatal = self._fatal
-        if fatal is not None:                 # every file not written fails with the run's error
-            done = {f.ref.seq for f in written}
-            written += [Finished(ref, Outcome("failed", f"not written: {fatal}")) for ref, _ in files
-                        if ref.seq not in done]
+        if fatal is not None:                 # every file not written fails with the run's error (the scan's rest too)
+            for ref in chain([self._open[seq] for seq in sorted(self._open)], (ref for ref, _ in files)):
+                self.settle(Finished(ref, Outcome("failed", f"not written: {fatal}")))
         try:
-            pruned = self._prune(files) if not (self.stopping.is_set() or fatal) else 0
+            pruned = self._prune() if not (self.stopping.is_set() or fatal) else 0
         except StoreError as exc:             # lease lost or store gone while pruning: the report says so
             pruned, fatal = 0, exc
+        tally = self.tally
         code = (EXIT_ERROR if fatal is not None else self.signals.exit_code if self.signals.exit_code is not None
-                else EXIT_FAILED if any(f.outcome.status == "failed" for f in written) else EXIT_OK)
-        report = build_report(written, time.perf_counter() - started, self.rates(written),
-                              {"not_started": len(files) - len(written), "pruned": pruned,
+                else EXIT_FAILED if tally.by_status["failed"] else EXIT_OK)
+        # not_started: files the scan found that never ended; None when the scan did not finish (a stop
+        # before the end of the folder: what it holds beyond is unknown), which scan_finished says.
+        totals = tally.totals(time.perf_counter() - started, self.rates(),
+                              {"not_started": files.found - tally.files if files.finished else None,
+                               "scan_finished": files.finished, "pruned": pruned,
                                "interrupted": self.stopping.is_set(), "signal": self.signals.name,
                                "stopped_by": str(fatal) if fatal else None, "exit_code": code,
                                **self.engine_totals(),
                                "store": col.store.uri, "collection": col.store.collection, "model": col.model.name,
-                               "backend": col.backend})
-        write_report(report, self.report_path)
+                               "backend": col.backend, "warnings": col.warnings})
+        tally.write(totals)
         col.close(release=not isinstance(fatal, StoreError))
         if not self.quiet:
-            print(summary(report), file=sys.stderr)
+            print(summary(totals), file=sys.stderr)
             print(f"report: {self.report_path}", file=sys.stderr)
         if fatal is not None:
             raise fatal                       # the CLI's one line, exit EXIT_ERROR (the report says so)
@@ -196,8 +206,9 @@ class Run:
     def check(self) -> None:
         """Refuse settings this engine cannot run with, before anything starts (ConfigError)."""
 
-    def ingest(self, files: list[tuple[FileRef, Outcome | None]]) -> list[Finished]:
-        """Every file of the scan through the pipeline: the files written (settled), in file order."""
+    def ingest(self, files: Iterator[tuple[FileRef, Outcome | None]]) -> None:
+        """Every file of the scan (lazy: pulled as files are dispatched) through the pipeline; each file
+        ends through `settle`, in file order."""
         cfg, col = self.cfg, self.col
         plugins = tuple(cfg["loaders"]["plugins"])
         self.pools = Pools({p: cfg["loaders"][p]["workers"] for p in FORMAT_POOLS},
@@ -210,7 +221,7 @@ class Run:
                                  lambda e: self.events.put(EncodeFailed(e)), self.stopping)
         thread = threading.Thread(target=self.stage.run, name="ingest-encode", daemon=True)
         thread.start()
-        return self._loop(files, thread)
+        self._loop(files, thread)
 
     def close(self) -> None:
         """Stop every process of the engine (also after an error)."""
@@ -225,26 +236,31 @@ class Run:
         return {"pools_replaced": self.pools.replaced,
                 "first_row_s": self.writer.first_row_s(self.started) if self.writer else None}
 
-    def _loop(self, files: list[tuple[FileRef, Outcome | None]], encode_thread: threading.Thread) -> list[Finished]:
+    def _loop(self, files: Iterator[tuple[FileRef, Outcome | None]], encode_thread: threading.Thread) -> None:
         max_chunks = self.cfg["run"]["max_chunks_in_flight"]
         in_flight = self._in_flight
-        todo = iter(files)
-        self._total = len(files)
-        if not files:
-            self.stage.feed.put(None)
-        written: list[Finished] = []
-        dispatched, exhausted = 0, False
+        pulled, exhausted = 0, False
         while True:
             while (not exhausted and not self.stopping.is_set()
                    and in_flight.may_dispatch(self.stage.chunks_ahead(max_chunks))):
-                item = next(todo, None)
+                item = next(files, None)
                 if item is None:
-                    exhausted = True
+                    exhausted, self._total = True, pulled
+                    if self._reorder.next == pulled:
+                        self.stage.feed.put(None)          # end of input for the encoder
                     break
+                pulled += 1
+                ref, problem = item
+                same = None if problem or self._open or self._reorder.next != ref.seq else \
+                    unchanged(ref, self.col.known.get(ref.source), self.col.settings)
+                if same is not None:            # unchanged, nothing before it unsettled: it ends here, in order
+                    self._reorder.put(ref.seq, same)
+                    self.settle(same)
+                    continue
                 in_flight.dispatch()
-                dispatched += 1
-                self._dispatch(*item)
-            if in_flight.empty and len(written) == dispatched and (exhausted or self.stopping.is_set()):
+                self._open[ref.seq] = ref
+                self._dispatch(ref, problem)
+            if in_flight.empty and not self._open and (exhausted or self.stopping.is_set()):
                 break
             try:
                 event = self.events.get(timeout=0.5)
@@ -260,9 +276,9 @@ class Run:
                 continue
             if isinstance(event, Accepted):
                 in_flight.accepted(event.seq)
-                self.progress.written(event.chunks)
+                self.progress.embedded(event.chunks)
             elif isinstance(event, Written):
-                written.append(event.file)
+                self.settle(event.file)
             elif isinstance(event, EncodeFailed):
                 self._fatal = self._fatal_error(event.error)
                 break
@@ -273,7 +289,6 @@ class Run:
             else:
                 self._part_done(event)
         encode_thread.join(timeout=30 if self._fatal is None else 1)
-        return written
 
     # -- per-file steps ---------------------------------------------------------------
     def _dispatch(self, ref: FileRef, problem: Outcome | None) -> None:
@@ -365,28 +380,24 @@ class Run:
             return exc
         return RunError(f"encoding stopped the run: {' '.join(str(exc).split())[:300]}")
 
-    # -- end of run -------------------------------------------------------------------
-    def _prune(self, files: list[tuple[FileRef, Outcome | None]]) -> int:
+    # -- every engine: the scan and the files as they end ---------------------------
+    def settle(self, file: Finished) -> None:
+        """`file` ends: every engine calls this once per file (the local one in file order). Its report line goes
+        to the spool, the counts and the bar move on, its source is seen (prune), an unlisted folder noted (Tally)."""
+        self._open.pop(file.ref.seq, None)
+        self.tally.add(file)
+        self.progress.settled()
+
+    def _prune(self) -> int:
         """--prune: remove the recorded files the scan saw gone (never under a folder it could not list)."""
-        present, folders = {ref.source for ref, _ in files}, unlisted(files)
         if self.prune:
-            return len(self.col.prune(present, folders))
-        gone = self.col.gone(present, folders)
-        if gone and not self.quiet:
+            return len(self.col.prune(self.tally.unseen, self.tally.unlisted))
+        if (gone := self.col.gone(self.tally.unseen, self.tally.unlisted)) and not self.quiet:
             print(f"{len(gone)} file(s) in the store no longer exist in the folder; --prune removes them",
                   file=sys.stderr)
         return 0
 
-    def rates(self, files: list[Finished]) -> dict[str, float]:
-        ingested = [f.outcome for f in files if f.outcome.status == "ingested"]
-        chunks, load_s = sum(o.chunks for o in ingested), sum(o.seconds for o in ingested)
-        rates = {}
-        if chunks and load_s:
-            rates["load"] = chunks / load_s
-        for stage in ("tokenize", "encode"):
-            secs = self.stage.stats.get(f"{stage}_s") if self.stage is not None else None
-            if chunks and secs:
-                rates[stage] = chunks / secs
-        if chunks and self.writer is not None and self.writer.seconds:
-            rates["write"] = self.writer.rows_written / self.writer.seconds
-        return rates
+    def rates(self) -> dict[str, float]:
+        stats, w = self.stage.stats if self.stage is not None else {}, self.writer
+        return self.tally.rates({s: stats.get(f"{s}_s") for s in ("tokenize", "encode")},
+                                (w.rows_written, w.seconds) if w is not None else (0, 0.0))

@@ -36,7 +36,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import replace
-from typing import Any
+from typing import Any, Iterator
 
 from ingest import load, remote
 from ingest.config import ConfigError, FORMAT_POOLS
@@ -63,15 +63,15 @@ class RayRun(Run):
             raise ConfigError(f"store {self.cfg['store']['uri']} is a Milvus Lite file, which only this machine can "
                               "write; with [ray] address set, use a Milvus server URI (--store http://host:19530)")
 
-    def ingest(self, files: list[tuple[FileRef, Outcome | None]]) -> list[Finished]:
+    def ingest(self, files: Iterator[tuple[FileRef, Outcome | None]]) -> None:
+        files = list(files)                   # the driver still plans every file first (its rework: issue 22 item 5)
         col = self.col
         self.ledger = Ledger(col.store, col.manifest, col.settings)
         self._parts: dict[int, int] = defaultdict(int)         # seq -> parts acknowledged
-        self._refs = {ref.seq: ref for ref, _ in files}
+        self._open = {ref.seq: ref for ref, _ in files}         # not settled yet (settle() forgets what ends)
         self._done: set[int] = set()                            # files in the ledger or written
         self._encoders: dict[str, int] = defaultdict(int)       # Ray node id -> rows it encoded
         self._first_row_at: float | None = None                 # perf_counter of the first acknowledged rows
-        written: list[Finished] = []
         jobs: dict[str, list[load.Job]] = defaultdict(list)
         for ref, problem in files:
             job = load.plan(ref, problem, col.known.get(ref.source), col.settings, self.cfg["limits"]["max_file_mb"])
@@ -82,26 +82,28 @@ class RayRun(Run):
         try:
             if jobs:
                 col.store.ensure_collection(col.model.name, col.model.dim, col.backend)
-                written += self._stream(jobs)
+                self._stream(jobs)
             if not isinstance(self._fatal, StoreError):
-                written += self.ledger.commit()
+                self._commit()
         except StoreError as exc:
             self._fatal = exc
-        return sorted(written, key=lambda f: f.ref.seq)
 
-    def _stream(self, jobs: dict[str, list[load.Job]]) -> list[Finished]:
+    def _commit(self) -> None:
+        for file in self.ledger.commit():
+            self.settle(file)
+
+    def _stream(self, jobs: dict[str, list[load.Job]]) -> None:
         try:
             dataset = self._dataset(jobs)
         except Exception as exc:
             where = self.cfg["ray"]["address"] or "a local Ray"
             self._fatal = RunError(f"cannot start the Ray engine on {where}: {' '.join(str(exc).split())[:300]}; "
                                    "check [ray] address (and that `ray status` answers there)")
-            return []
+            return
         acks: queue.Queue = queue.Queue()
         consumer = threading.Thread(target=self._consume, args=(dataset, acks), name="ingest-ray-acks",
                                     daemon=True)
         consumer.start()
-        written: list[Finished] = []
         rows_since, last_flush = 0, time.monotonic()
         while not self.stopping.is_set():
             try:
@@ -120,7 +122,7 @@ class RayRun(Run):
                 self.col.check_lease()
                 if self.ledger.files and (rows_since >= FLUSH_ROWS or len(self.ledger.files) >= FLUSH_FILES
                                           or time.monotonic() - last_flush > FLUSH_EVERY_S):
-                    written += self.ledger.commit()
+                    self._commit()
                     rows_since, last_flush = 0, time.monotonic()
             except StoreError as exc:
                 self._fatal = exc
@@ -132,14 +134,13 @@ class RayRun(Run):
             self._shutdown_ray()                 # stops the dataset; the consumer ends with it
         consumer.join(timeout=10)
         if self.stopping.is_set():                # a file with some rows stored loses them, not its last good copy
-            for seq, ref in self._refs.items():
+            for seq, ref in list(self._open.items()):
                 if seq not in self._done:
                     if ref.source in self.ledger.touched:
                         self.ledger.failed.setdefault(ref.source, INTERRUPTED)
                     entry = self.col.known.get(ref.source)
                     self._file_done(Finished(ref, Outcome("failed", INTERRUPTED),
                                              old_hash=entry.file_hash if entry else None))
-        return written
 
     def _acknowledged(self, ack: PartAck) -> int:
         """Count a part of its file; the file joins the ledger once all its parts are in. Rows stored."""
@@ -161,7 +162,7 @@ class RayRun(Run):
     def _file_done(self, file: Finished) -> None:
         self._done.add(file.ref.seq)
         self.ledger.files.append(file)
-        self.progress.written(file.outcome.chunks if file.outcome.status == "ingested" else 0)
+        self.progress.embedded(file.outcome.chunks if file.outcome.status == "ingested" else 0)
 
     def _consume(self, dataset: Any, out: queue.Queue) -> None:
         """Thread target: the dataset's acknowledgements onto `out`, then _END (or the exception)."""

@@ -8,9 +8,11 @@ it. A server is shared by machines, so the run holds a lease on the collection a
 manifest in the server too (`ingest.store.server_manifest`)."""
 from __future__ import annotations
 
+import hashlib
 import json
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable
 
 from ingest.backends import choose, model_file
@@ -18,6 +20,9 @@ from ingest.store.manifest import Entry, Manifest, SqliteManifest, manifest_path
 from ingest.model_ref import ModelRef, resolve_model
 from ingest.store.server_manifest import Lease, ServerManifest
 from ingest.store import Store, StoreError, is_local
+
+STORE_META = "store"       # manifest meta of a Lite store: its Trusted, as JSON, after a clean close
+LITE_ROWS = 100_000        # rows past which a Lite store warns (docs/scale.md)
 
 
 @dataclass
@@ -29,15 +34,17 @@ class Collection:
     manifest: Manifest
     known: dict[str, Entry]        # the manifest as the run started
     lease: Lease | None            # a server collection's lease; a Milvus Lite file is flocked instead
+    trusted: Trusted | None = None     # a Lite store opened on its manifest's word (open_collection)
+    warnings: list[str] = field(default_factory=list)     # said at the start of the run and in its report
 
     def check_lease(self) -> None:
         """Raise LeaseLost (a StoreError, one line) if a server collection's lease was lost: stop the run."""
         if self.lease is not None:
             self.lease.check()
 
-    def prune(self, present: Iterable[str], unlisted: Iterable[str] = ()) -> list[str]:
+    def prune(self, unseen: Iterable[str], unlisted: Iterable[str] = ()) -> list[str]:
         """Delete the rows and entries of every recorded source that `gone` names (store first)."""
-        gone = self.gone(present, unlisted)
+        gone = self.gone(unseen, unlisted)
         if gone:
             self.manifest.fence()
         for source in gone:
@@ -47,16 +54,22 @@ class Collection:
             self.manifest.remove(gone)
         return gone
 
-    def gone(self, present: Iterable[str], unlisted: Iterable[str] = ()) -> list[str]:
-        """Recorded sources that are not in `present` and not under a folder of `unlisted` (folders the
-        scan could not list: what they hold is unknown, so nothing under them is gone; "." is the root)."""
-        present = set(present)
+    def gone(self, unseen: Iterable[str], unlisted: Iterable[str] = ()) -> list[str]:
+        """The recorded sources of `unseen` (those no file of the scan settled as) that are not under a folder of
+        `unlisted` (folders the scan could not list: what they hold is unknown, so nothing under them is
+        gone; "." is the root), sorted."""
         prefixes = tuple("" if d == "." else d + "/" for d in unlisted)
-        return [s for s in self.known if s not in present and not s.startswith(prefixes)]
+        return sorted(s for s in unseen if s in self.known and not s.startswith(prefixes))
 
     def close(self, release: bool = True) -> None:
         """Close the manifest, give the lease or lock back, close the store. release=False leaves a
-        server lease to expire (the server is not answering: releasing would only wait out timeouts)."""
+        server lease to expire (the server is not answering: releasing would only wait out timeouts), and
+        a Lite store untrusted by the next run (it checks the store itself)."""
+        if release and is_local(self.store.uri):
+            try:
+                _record_trusted(self)
+            except StoreError:                 # nothing recorded: the next run checks the store itself
+                pass
         self.manifest.close()
         if self.lease is not None and release:
             self.lease.release()
@@ -67,18 +80,25 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
     """Resolve the model, own the store (Lite: flock, SQLite manifest; server: lease, manifest in the
     server), refuse a collection of an older schema unless `reembed` (which rebuilds it), choose the
     backend ("auto": the collection's own), then empty both when `reembed`, else refuse other model,
-    backend or chunking settings."""
+    backend or chunking settings. A Lite store that is provably as its manifest describes it
+    (`_trusted`) is checked against the manifest alone and served only once something is written."""
     model = resolve_model(cfg["model"]["name"])
     ch = cfg["chunking"]
     store = Store(cfg["store"]["uri"], cfg["store"]["collection"], cfg["store"]["timeout_s"])
     with ExitStack() as undo:                  # on any error, give back what was taken
         undo.callback(store.close)
         store.lock()                           # a no-op for a server
-        store.serve()                          # Lite: its server in a host process of its own (ingest.store.lite_host)
-        _refuse_foreign(store, reembed)
-        if not reembed and store.exists() and store.schema()[0] < Store.SCHEMA_VERSION:
-            raise StoreError(store.upgrade_message())      # before the lease, the manifest or the settings check
-        recorded = None if reembed else store.recorded()
+        lease, manifest, trusted = None, None, None
+        if is_local(store.uri):
+            manifest = SqliteManifest(manifest_path(store.uri, store.collection))
+            undo.callback(manifest.close)
+            trusted = None if reembed else _trusted(store, manifest)
+        store.serve(lazy=trusted is not None)  # Lite: its server in a host process of its own (ingest.store.lite_host)
+        if trusted is None:
+            _refuse_foreign(store, reembed)
+            if not reembed and store.exists() and store.schema()[0] < Store.SCHEMA_VERSION:
+                raise StoreError(store.upgrade_message())      # before the lease, the manifest or the settings check
+        recorded = None if reembed else trusted.recorded if trusted else store.recorded()
         backend = choose(cfg["model"]["backend"], model, recorded[2] if recorded else None, cfg["model"]["devices"])
         if recorded and recorded[0] == model.name and recorded[2] != backend:
             raise StoreError(f"collection {store.collection!r} holds {recorded[2]} vectors, not {backend} (backend); "
@@ -90,17 +110,18 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
         if backend != "torch":                 # torch collections keep the settings they had before backends
             shared["backend"] = backend
         settings = json.dumps(shared, sort_keys=True)
-        lease = None
-        if is_local(store.uri):
-            manifest: Manifest = SqliteManifest(manifest_path(store.uri, store.collection))
-        else:
+        if manifest is None:
             lease = Lease.acquire(store)
             undo.callback(lease.release)
             manifest = ServerManifest(store, lease)
-        undo.callback(manifest.close)
-        _reset_or_match(store, manifest, model.name, settings, reembed)
+            undo.callback(manifest.close)
+        _reset_or_match(store, manifest, model.name, settings, reembed, trusted)
         manifest.set_meta("settings", settings)
-        collection = Collection(model, backend, settings, store, manifest, manifest.all(), lease)
+        if is_local(store.uri):
+            manifest.set_meta(STORE_META, "")  # no trust until this run closes the store cleanly (Collection.close)
+        known = manifest.all()
+        collection = Collection(model, backend, settings, store, manifest, known, lease, trusted,
+                                _size_warnings(store, sum(e.chunks for e in known.values())))
         undo.pop_all()
         return collection
 
@@ -113,18 +134,73 @@ def _refuse_foreign(store: Store, reembed: bool) -> None:
                          "choose another --collection")
 
 
-def _reset_or_match(store: Store, manifest: Manifest, model: str, settings: str, reembed: bool) -> None:
+def _reset_or_match(store: Store, manifest: Manifest, model: str, settings: str, reembed: bool,
+                    trusted: Trusted | None) -> None:
     """Drop the rows and clear the manifest when `reembed`, or when the store has no collection (then
     the manifest describes no rows); else refuse a collection of another model or other settings."""
-    if reembed or not store.exists():
+    if reembed or not (trusted or store.exists()):
         manifest.fence()
         store.drop()
         manifest.clear()
         return
-    recorded_model, recorded_settings = store.recorded_model(), manifest.get_meta("settings")
+    recorded_model, recorded_settings = trusted.recorded[:2] if trusted else store.recorded_model(), \
+        manifest.get_meta("settings")
     if recorded_model and recorded_model[0] != model:
         raise StoreError(f"collection {store.collection!r} holds {recorded_model[0]} vectors, not "
                          f"{model}; rerun with --reembed to re-embed everything, or use another --collection")
     if recorded_settings and recorded_settings != settings:
         raise StoreError(f"model or chunking settings changed since the last run ({recorded_settings} -> "
                          f"{settings}); rerun with --reembed to re-embed everything")
+
+
+# -- a Lite store as its manifest describes it (reruns that change nothing never open it) ------------
+@dataclass(frozen=True)
+class Trusted:
+    """What a clean close recorded of a Lite store's collection: its files' fingerprint and properties."""
+    fingerprint: str
+    recorded: tuple[str, int, str]     # (model, dim, backend), as Store.recorded
+    schema: int
+
+
+def fingerprint(uri: str) -> str:
+    """Every file and folder of a Lite store (a folder for Milvus Lite 3, a file before) by path, size,
+    mtime and inode: any write, replacement or deletion changes it. "" if the store does not exist."""
+    root = Path(uri).resolve()
+    if not root.exists():
+        return ""
+    h = hashlib.sha256()
+    for path in sorted([root, *root.rglob("*")]):
+        st = path.lstat()
+        h.update(f"{path.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode())
+    return h.hexdigest()
+
+
+def _trusted(store: Store, manifest: SqliteManifest) -> Trusted | None:
+    """The recorded Trusted if the store's fingerprint still matches it (and it is of this schema), else None."""
+    try:
+        t = Trusted(**json.loads(manifest.get_meta(STORE_META) or "null") or {})
+    except (TypeError, ValueError):
+        return None
+    fresh = t.schema == Store.SCHEMA_VERSION and t.fingerprint and t.fingerprint == fingerprint(store.uri)
+    return Trusted(t.fingerprint, tuple(t.recorded), t.schema) if fresh else None
+
+
+def _record_trusted(collection: Collection) -> None:
+    """At a clean close of a Lite store, its host stopped: record what the next run may trust."""
+    store, trusted = collection.store, collection.trusted
+    if store.serving:
+        recorded = store.recorded()
+        trusted = Trusted("", recorded, store.schema()[0]) if recorded else None
+    store.stop_serving()
+    if trusted is not None:
+        value = {"fingerprint": fingerprint(store.uri), "recorded": list(trusted.recorded), "schema": trusted.schema}
+        collection.manifest.set_meta(STORE_META, json.dumps(value))
+
+
+def _size_warnings(store: Store, rows: int) -> list[str]:
+    """Item 7 (docs/scale.md): a Lite store past LITE_ROWS, known from the manifest without opening it."""
+    if not is_local(store.uri) or rows <= LITE_ROWS:
+        return []
+    return [f"store {store.uri} is a Milvus Lite store holding {rows:,} rows, past the {LITE_ROWS:,} it serves well "
+            "(about 7 KB of memory a row, searches slower than 0.5 s; docs/scale.md): use a Milvus server, "
+            "e.g. --store http://localhost:19530 (a new collection there: rerun to ingest into it)"]

@@ -87,6 +87,7 @@ class Store:
         self._lock_file = None
         self._host: LiteHost | None = None
         self._lite: LiteServer | None = None      # Lite in this process's threads (no host)
+        self._serve_later = False                 # serve(lazy=True): on first use
 
     @classmethod
     def at(cls, endpoint: Endpoint) -> Store:
@@ -94,11 +95,13 @@ class Store:
         return cls(endpoint.uri, endpoint.collection, endpoint.timeout_s, endpoint.address)
 
     def endpoint(self) -> Endpoint:
+        self._serve_if_due()
         return Endpoint(self.uri, self.address, self.collection, self.timeout_s)
 
     # -- connection -----------------------------------------------------------------
     @property
     def client(self):
+        self._serve_if_due()
         if self._client is None or self._pid != os.getpid():
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             from pymilvus import MilvusClient
@@ -168,11 +171,17 @@ class Store:
         f.flush()
         self._lock_file = f
 
-    def serve(self) -> None:
+    def serve(self, lazy: bool = False) -> None:
         """Serve a Milvus Lite store (locked by this process) from a host process of its own, and
-        connect to it: its server's threads leave this process's GIL. A no-op for a server URI."""
+        connect to it: its server's threads leave this process's GIL. A no-op for a server URI.
+        `lazy`: only once it is used (a client or an endpoint is asked for): a run that writes nothing
+        never starts the host, nor makes Lite load the collection."""
         if not is_local(self.uri) or self._host is not None:
             return
+        if lazy:
+            self._serve_later = True
+            return
+        self._serve_later = False
         assert self._lock_file is not None, "lock() the store before serving it"
         self._drop_client()
         try:
@@ -180,6 +189,24 @@ class Store:
         except RuntimeError as exc:
             raise StoreError(f"cannot open store {self.uri}: {exc}") from None
         self.address = self._host.address
+
+    def _serve_if_due(self) -> None:
+        if self._serve_later and self._pid in (None, os.getpid()):
+            self.serve()
+
+    @property
+    def serving(self) -> bool:
+        """A Lite host serves the store for this process."""
+        return self._host is not None
+
+    def stop_serving(self) -> None:
+        """Close the client and stop the Lite host (if any), keeping the flock: the .db is quiet and still ours."""
+        self._serve_later = False
+        self._drop_client()
+        if self._host is not None:
+            self._host.stop()
+            self._host = None
+            self.address = str(Path(self.uri).resolve())
 
     def _drop_client(self) -> None:
         if self._pid == os.getpid():
@@ -194,11 +221,7 @@ class Store:
 
     def close(self) -> None:
         """Close the client, stop the Lite host (if any), then give the flock back."""
-        self._drop_client()
-        if self._host is not None:
-            self._host.stop()
-            self._host = None
-            self.address = str(Path(self.uri).resolve())
+        self.stop_serving()
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None

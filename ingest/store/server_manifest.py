@@ -292,7 +292,7 @@ class ServerManifest:
 
     def record(self, entries: Iterable[Entry]) -> None:
         """Upsert entries and flush: durable before it returns (call only after their rows are flushed)."""
-        self._write([_row(_file_key(e.source), **asdict(e)) for e in entries])
+        self._write([_row(_file_key(e.source), **e._asdict()) for e in entries])
 
     def remove(self, sources: Iterable[str]) -> None:
         keys = [_file_key(s) for s in sources]

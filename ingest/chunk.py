@@ -54,15 +54,14 @@ _PIPES = re.compile(r"(?<!\\)\|")                         # its cell separators 
 
 @dataclass(frozen=True, eq=False)
 class PageChunks:
-    """One section's chunks (or one segment's: a part of a section cut at a paragraph, see ingest.load);
-    page is 1-based, None for formats without pages."""
+    """One section's chunks; page is 1-based, None for formats without pages."""
     page: int | None
     chunks: tuple[str, ...]
     ids: np.ndarray                  # int32: every chunk's embedded token ids, [CLS] ... [SEP], chunk after chunk
     lengths: np.ndarray              # int32: tokens per chunk
     title: str | None = None
     cut: int = 0                     # chunks over MAX_CHUNK_BYTES, cut at character boundaries
-    segment: int = 0                 # position of this part in its page
+    segment: int = 0                 # position of its section in its page
     headings: str = ""               # the heading path, joined by " > " (ingest.sections.joined_headings)
     element: str = "text"            # "text" | "table"
     bboxes: tuple[str, ...] = ()     # each chunk's "x0,y0,x1,y1" on its page (PDF points), or () when unknown

@@ -5,7 +5,9 @@ writer; the rest go through the encode pool with the token ids the chunker alrea
 (Pretokenized: no tokenizer process runs), and the pool returns groups in input order, so rows
 are written in file order, then chunk order. The pool is started in the background when the
 first file is sent to a loader, so its start-up overlaps loading, and never on a rerun that
-has nothing to encode. A big file is encoded in parts of GROUP_CHUNKS, so memory stays flat.
+has nothing to encode. A file is encoded in groups of GROUP_CHUNKS, so memory stays flat; a big
+file comes in parts (ingest/files.py), and once every group of a part but the file's last is with
+the writer, `on_part` tells the dispatcher (the writer's own `on_accepted` tells of the last).
 
 NOTE (stopping): a file with chunks waits in `_groups` until the pool's first worker is up, and
 that wait ends when the run stops: the file, and every file after it, then passes to the writer
@@ -42,14 +44,19 @@ class Part:
     file: Finished
     start: int
     chunks: list[Row]
-    last: bool                                # the file's final part
+    end: bool                                 # the last group of `file` (a part of a big file, or all of a file)
+
+    @property
+    def last(self) -> bool:                   # the file's final group
+        return self.end and self.file.last
 
 
 class EncodeStage:
     def __init__(self, model: ModelRef, settings: dict[str, Any], writer: Writer,
-                 on_error: Callable[[BaseException], None], stopping: threading.Event):
+                 on_error: Callable[[BaseException], None], stopping: threading.Event,
+                 on_part: Callable[[Finished], None] = lambda part: None):
         self.model, self.settings, self.writer = model, settings, writer
-        self.on_error, self.stopping = on_error, stopping
+        self.on_error, self.stopping, self.on_part = on_error, stopping, on_part
         self.feed: queue.Queue[Finished | None] = queue.Queue()
         self.closed = threading.Event()
         self.stats: dict[str, float] = {}
@@ -109,13 +116,18 @@ class EncodeStage:
                         if failures and np.isnan(vectors).any():
                             self.writer.fail(p.file, chunk_failure_text(failures, offset, p.start, len(p.chunks)))
                         offset += len(p.chunks)
-                        self.writer.add(p.file, p.start, p.chunks, vectors, p.last)
+                        self._add(p, vectors)
                     self.stats = dict(pool.stats)
                     break
-                self.writer.add(part.file, part.start, part.chunks, empty, part.last)
+                self._add(part, empty)
             self.writer.flush()
         except BaseException as exc:
             self.on_error(exc)
+
+    def _add(self, part: Part, vectors: np.ndarray) -> None:
+        self.writer.add(part.file, part.start, part.chunks, vectors, part.last)
+        if part.end and not part.file.last:
+            self.on_part(part.file)
 
     def close(self) -> None:
         self.closed.set()
@@ -147,16 +159,18 @@ class EncodeStage:
                                                        or (file.outcome.chunks and not self._wait_up())):
                 file = replace(file, outcome=replace(file.outcome, status="failed", error=INTERRUPTED),
                                pages=(), record=False)
-            for start, chunks, tokens, last in file_parts(file):
-                yield Part(file, start, chunks, last), tokens
+            for start, chunks, tokens, end in file_parts(file):
+                yield Part(file, start, chunks, end), tokens
 
 
 def file_parts(file: Finished) -> Iterator[tuple[int, list[Row], Pretokenized, bool]]:
-    """(start, chunks, their texts and ids, last) for each part of up to GROUP_CHUNKS chunks of the file;
-    one empty part for a file without chunks."""
+    """(start, chunks, their texts and ids, end) for each group of up to GROUP_CHUNKS chunks of the file
+    (or of the part of it: `start` counts from the file's first chunk), `end` on its last group; a
+    file's last part without chunks is one empty group, another part none."""
     items = file.chunk_texts()
     if not items:
-        yield 0, [], Pretokenized([], np.zeros(0, np.int32), np.zeros(0, np.int32)), True
+        if file.last:
+            yield file.start, [], Pretokenized([], np.zeros(0, np.int32), np.zeros(0, np.int32)), True
         return
     ids, lengths = file.token_ids()
     ends = np.cumsum(lengths)
@@ -165,7 +179,7 @@ def file_parts(file: Finished) -> Iterator[tuple[int, list[Row], Pretokenized, b
         stop = start + len(chunks)
         first = int(ends[start - 1]) if start else 0
         tokens = Pretokenized([row.text for row in chunks], ids[first:int(ends[stop - 1])], lengths[start:stop])
-        yield start, chunks, tokens, stop >= len(items)
+        yield file.start + start, chunks, tokens, stop >= len(items)
 
 
 def make_pool(model: ModelRef, settings: dict[str, Any]) -> EncodePool:

@@ -3,7 +3,9 @@
 `FileRef` is the file's identity: made by the scan, completed by the sniff (format) and the
 load step (content hash) with `dataclasses.replace`. `Outcome` is its line in the report.
 `Finished` is a file that needs nothing more from the loaders: identity, outcome and the
-chunks to embed and store, in page order, with their token ids.
+chunks to embed and store, in page order, with their token ids. A big file loaded by range
+(ingest/load.py) comes as several Finished parts in order: each holds its chunks from `start` on,
+and only the `last` carries the file's outcome (the others' say "ingested" and their chunks).
 """
 from __future__ import annotations
 
@@ -59,6 +61,13 @@ class Finished:
     old_hash: str | None = None         # the manifest's hash of the version in the store
     record: bool = False                # write a manifest entry once the rows are stored
     drop: bool = False                  # remove the rows and entry of an earlier version (now skipped)
+    start: int = 0                      # the file's chunk number of the first chunk here
+    last: bool = True                   # the file's final part (a small file: its only one)
+
+    @property
+    def chunk_count(self) -> int:
+        """The chunks held here (a part's, not the file's)."""
+        return sum(len(p.chunks) for p in self.pages)
 
     def chunk_texts(self) -> list[Row]:
         """A Row for every chunk, in page order, then chunk order."""

@@ -1,20 +1,27 @@
-"""The load step: one task per file in the loader pool of its format, and chunk tasks for big files.
+"""The load step: one task per file in the loader pool of its format (a big file's other parts: range
+tasks). In the worker (`load_file`), the file is hashed, its format's loader yields pages and the
+chunker cuts their text; pages without a usable text layer are only listed, for the OCR fan-out.
+In the dispatcher's thread, `Pages` gathers each part's pages and OCR pages and hands the file on
+in parts, in order (`Finished` values; the last carries the outcome). A worker task returns a
+result or a Failure value: exceptions never cross the process boundary with a file's bytes in them.
 
-In the worker (`load_file`), the file is hashed, its format's loader yields pages and the
-chunker cuts their text; pages without a usable text layer are only listed, for the OCR
-fan-out. Back in the dispatcher's thread, `Pages` gathers the file's text pages, its OCR
-pages and its chunk tasks' segments as they return, and makes the `Finished` file once none
-is pending. A worker task returns a result or a Failure value: exceptions never cross the
-process boundary with a file's bytes in them.
-
-NOTE (segments): a load task chunks the first SEGMENT_CHARS of a file's text; the rest comes
-back raw, in segments of about SEGMENT_CHARS cut right before a paragraph break ("\n\n",
-else "\n", else " "; `ingest.chunk.cut_points`), grouped into chunk tasks of about
-SEGMENT_CHARS for the same format's pool (`fan_out`), so a big file's chunking spreads over
-its pool's workers. Every page is cut so, wherever it is chunked: chunks never span two
-segments, which only changes the overlap at a segment's edges, once every ~SEGMENT_CHARS
-characters. `Pages` puts the parts in page order, then segment order; a failed chunk task
-fails the file.
+NOTE (ranges): a text or Markdown file over RANGE_BYTES and a PDF over RANGE_PAGES pages are
+loaded by range, so that no process holds the whole file and its first rows are written while the
+rest loads. The file's first task hashes it (ids carry the hash, so it is known before any row)
+and plans its ranges in that same read: byte ranges of about RANGE_BYTES cut after a line break
+(loaders/text.py's NOTE), or pages [k * RANGE_PAGES, (k + 1) * RANGE_PAGES) from the page count
+and outline it sees on opening the PDF; it then loads range 0 itself and returns the rest as
+`Range`s. Each range task reads only its range (a PDF's: plus WINDOW pages on either side, so
+running headers, footers and font sizes are decided as in a whole read) and starts under the
+heading path in effect at its start: a Markdown file's from the planning read, a PDF's from its
+outline (font-size headings of earlier ranges are not carried, nor a table continued from the
+previous range's last page: it starts anew without that header). Chunks never span two ranges,
+which only changes the overlap at a range's edges. The dispatcher loads ranges as
+[run] max_chunks_in_flight allows (the file next in order always may have one range loading),
+hands parts on in order, and a failing range fails the file: its rows of the new version are
+removed, the last good version stays (ingest/write.py). Environment variables INGEST_RANGE_BYTES and
+INGEST_RANGE_PAGES set the sizes (tests, benchmarks). Other formats, and text that cannot be cut at
+bytes (UTF-16/32), are loaded whole.
 """
 from __future__ import annotations
 
@@ -22,20 +29,22 @@ import hashlib
 import os
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass, replace
 from concurrent.futures import Future
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from ingest import remote
-from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, cut_points, section_chunks
+from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, section_chunks
 from ingest.config import ConfigError
 from ingest.files import FileRef, Finished, Outcome
 from ingest.store.manifest import Entry
-from ingest.sections import Doc, Outline, Section, document_title, page_sections
+from ingest.sections import Doc, Outline, document_title, page_sections
 from ingest.sniff import sniff
-from ingest.loaders import LoaderError, LoaderOptions, OcrOptions, Page, Unsupported, formats, loader_for, pool_for
+from ingest.loaders import LoaderError, LoaderOptions, Page, Unsupported, formats, loader_for, pool_for
+from ingest.loaders import pdf as pdf_loader, text as text_loader
 from ingest.store import FORMAT_MAX
 from ingest.workers.failure import Failure
 from ingest.workers.limits import limit_memory
@@ -45,7 +54,20 @@ if TYPE_CHECKING:
     from ingest.ocr import OcrDone
 
 LEGACY_FORMATS = ("doc", "ppt")      # converted by LibreOffice first: their timeout adds the conversion's
-SEGMENT_CHARS = 100_000              # characters of text a load task chunks, a segment holds, a chunk task gets
+RANGE_BYTES = int(os.environ.get("INGEST_RANGE_BYTES", 1 << 20))   # a bigger text file is loaded by byte range
+RANGE_PAGES = int(os.environ.get("INGEST_RANGE_PAGES", 64))        # a PDF with more pages is loaded by page range
+RANGED = {"txt": text_loader.load_txt, "md": text_loader.load_md, "pdf": pdf_loader.load}   # unless a plugin replaces them
+
+
+@dataclass(frozen=True)
+class Range:
+    """Part `part` of a big file: bytes [start, end) of a text file, or pages [start, end) (0-based) of a PDF."""
+    part: int
+    start: int
+    end: int
+    headings: tuple[tuple[int, str], ...] = ()     # the heading stack (level, text) where it starts
+    encoding: str = ""                             # a text file's
+    fence: bool = False                            # a Markdown range that starts inside a fenced code block
 
 
 @dataclass(frozen=True)
@@ -56,30 +78,19 @@ class LoadTask:
     spec: ChunkSpec
     known_hash: str = ""           # the manifest's hash: equal content returns early as unchanged
     source: str = ""               # the path relative to the folder: the chunks' context line
+    doc: Doc | None = None         # a range task: the file's, from its first task
+    range: Range | None = None     # a range task: the part it loads (no hash, no plan)
 
 
 @dataclass(frozen=True)
 class Loaded:
-    file_hash: str
+    file_hash: str                 # "" from a range task
     pages: tuple[PageChunks, ...]
     ocr_pages: tuple[tuple[int, tuple[str, ...]], ...]   # pages still to OCR, with the heading path where they start
     seconds: float
     unchanged: bool = False
-    segments: tuple[tuple[Section, ...], ...] = ()     # text still to chunk: one chunk task per group
+    ranges: tuple[Range, ...] = ()     # the file's other parts, for range tasks (from its first task)
     doc: Doc | None = None
-
-
-@dataclass(frozen=True)
-class ChunkTask:
-    segments: tuple[Section, ...]
-    spec: ChunkSpec
-    doc: Doc
-
-
-@dataclass(frozen=True)
-class Chunked:
-    pages: tuple[PageChunks, ...]  # one per segment
-    seconds: float
 
 
 # -- in the loader worker ------------------------------------------------------------------
@@ -118,66 +129,82 @@ def file_hash(path: str) -> str:
 
 
 def load_file(task: LoadTask) -> Loaded | Failure:
+    """A file's first load task (hash, plan, its first part or all of it), or a range task."""
     start = time.perf_counter()
     try:
-        path, digest = remote.local_copy(task.path)       # a URL's object, fetched once per file (ingest/remote.py)
-        digest = digest or file_hash(path)
+        task = replace(task, path=remote.local_copy(task.path)[0])   # a URL's object: fetched once per file
+        if task.range is not None:
+            pages, ocr, _ = _chunked(task, _range_pages(task, task.range), task.doc, task.range.headings)
+            return Loaded("", pages, ocr, time.perf_counter() - start)
+        digest, first, rest = _first_part(task)
         if digest == task.known_hash:
             return Loaded(digest, (), (), time.perf_counter() - start, unchanged=True)
-        pages, ocr, rest = [], [], []
-        chunked = 0
-        doc, outline = None, Outline()
-        for page in loader_for(task.fmt)(Path(path), task.options):
-            doc = doc or Doc(task.source, document_title(page, task.source))
-            if page.needs_ocr:
-                ocr.append((page.number, outline.path))
-                continue
-            index = 0
-            for section in page_sections(page, outline):
-                for part in _parts(section, index):
-                    if not rest and (not chunked or chunked + len(part.text) <= SEGMENT_CHARS):
-                        pages.append(section_chunks(part, task.spec, doc))
-                        chunked += len(part.text)
-                    else:
-                        rest.append(part)
-                    index += 1
-        doc = doc or Doc(task.source, document_title(Page(None, ""), task.source))
-        return Loaded(digest, tuple(pages), tuple(ocr), time.perf_counter() - start, segments=_groups(rest), doc=doc)
+        pages, ocr, doc = _chunked(task, first, None, ())
+        return Loaded(digest, pages, ocr, time.perf_counter() - start, ranges=rest(), doc=doc)
     except Exception as exc:
         return task_failure(f"{task.fmt} loader", exc)
 
 
-def _parts(section: Section, index: int) -> list[Section]:
-    """The section cut into parts of about SEGMENT_CHARS at paragraph breaks, numbered on from `index` in its page."""
-    points = cut_points(section.text, SEGMENT_CHARS)
-    if len(points) == 2:
-        return [replace(section, index=index)]
-    return [replace(section, index=index + i, text=section.text[a:b],
-                    boxes=tuple((s - a, e - a, box) for s, e, box in section.boxes if s < b and e > a))
-            for i, (a, b) in enumerate(zip(points, points[1:]))]
+def _first_part(task: LoadTask) -> tuple[str, Iterable[Page], Callable[[], tuple[Range, ...]]]:
+    """The file's hash, the pages of its first part (a small file's: all), and, once those are read,
+    the ranges of its other parts (module NOTE)."""
+    path, fmt, whole = Path(task.path), task.fmt, loader_for(task.fmt)
+    if whole is not RANGED.get(fmt):
+        return file_hash(task.path), whole(path, task.options), tuple
+    if fmt == "pdf":
+        plan: list = []
+        pages = pdf_loader.load_pages(path, task.options, 0, RANGE_PAGES, on_open=lambda *p: plan.extend(p))
+        return file_hash(task.path), pages, lambda: _page_ranges(*plan)
+    if path.stat().st_size <= RANGE_BYTES:
+        return file_hash(task.path), whole(path, task.options), tuple
+    digest = hashlib.sha256()
+    cuts = text_loader.plan_ranges(path, RANGE_BYTES, fmt == "md", digest)
+    if cuts is None or len(cuts) < 2:
+        return digest.hexdigest(), whole(path, task.options), tuple
+    ranges = tuple(Range(i, c.start, c.end, c.headings, c.encoding, c.fence) for i, c in enumerate(cuts))
+    return digest.hexdigest(), _range_pages(task, ranges[0]), lambda: ranges[1:]
 
 
-def _groups(segments: list[Section]) -> tuple[tuple[Section, ...], ...]:
-    """Consecutive segments in groups of up to SEGMENT_CHARS characters (or one bigger segment)."""
-    groups: list[list[Section]] = []
-    size = 0
-    for segment in segments:
-        if not groups or size + len(segment.text) > SEGMENT_CHARS:
-            groups.append([])
-            size = 0
-        groups[-1].append(segment)
-        size += len(segment.text)
-    return tuple(map(tuple, groups))
+def _page_ranges(page_count: int, toc: list) -> tuple[Range, ...]:
+    """Pages past the first RANGE_PAGES in ranges of RANGE_PAGES, each under the outline's heading path
+    where it starts."""
+    entries = sorted(((n, level, " ".join(title.split())) for level, title, n, *_ in toc if title.strip() and n >= 1),
+                     key=lambda e: e[0])
+    stack: list[tuple[int, str]] = []
+    out, i = [], 0
+    for part, first in enumerate(range(RANGE_PAGES, page_count, RANGE_PAGES), 1):
+        while i < len(entries) and entries[i][0] <= first:      # 1-based pages before the range
+            level = min(entries[i][1], 6)
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, entries[i][2]))
+            i += 1
+        out.append(Range(part, first, min(first + RANGE_PAGES, page_count), tuple(stack)))
+    return tuple(out)
 
 
-def chunk_segments(task: ChunkTask) -> Chunked | Failure:
-    """In a loader worker: chunk a group of segments."""
-    start = time.perf_counter()
-    try:
-        pages = tuple(section_chunks(s, task.spec, task.doc) for s in task.segments)
-        return Chunked(pages, time.perf_counter() - start)
-    except Exception as exc:
-        return task_failure("chunking", exc)
+def _range_pages(task: LoadTask, part: Range) -> Iterable[Page]:
+    if task.fmt == "pdf":
+        return pdf_loader.load_pages(Path(task.path), task.options, part.start, part.end)
+    return text_loader.load_range(Path(task.path), task.options, part.start, part.end, part.encoding,
+                                  task.fmt == "md", part.fence)
+
+
+def _chunked(task: LoadTask, pages: Iterable[Page], doc: Doc | None, headings: tuple[tuple[int, str], ...]
+             ) -> tuple[tuple[PageChunks, ...], tuple[tuple[int, tuple[str, ...]], ...], Doc]:
+    """The pages' sections chunked, the pages to OCR, and the file's Doc (made from its first page)."""
+    outline = Outline()
+    for level, text in headings:
+        outline.push(level, text)
+    chunks: list[PageChunks] = []
+    ocr = []
+    for page in pages:
+        doc = doc or Doc(task.source, document_title(page, task.source))
+        if page.needs_ocr:
+            ocr.append((page.number, outline.path))
+        else:
+            chunks.extend(section_chunks(s, task.spec, doc) for s in page_sections(page, outline))
+    return tuple(chunks), tuple(ocr), doc or Doc(task.source, document_title(Page(None, ""), task.source))
 
 
 def task_failure(where: str, exc: BaseException) -> Failure:
@@ -235,17 +262,17 @@ def submit(pools: Pools, ref: FileRef, options: LoaderOptions, spec: ChunkSpec, 
     return pools.submit(pool_for(ref.fmt), load_file, task, extra_s)
 
 
-def fan_out(pools: Pools, fmt: str, groups: tuple[tuple[Section, ...], ...], spec: ChunkSpec,
-            doc: Doc) -> list[tuple[int, Future]]:
-    """One chunk task per group of segments, in the pool of the file's format: (task, Future of Chunked or Failure)."""
-    return [(n, pools.submit(pool_for(fmt), chunk_segments, ChunkTask(group, spec, doc)))
-            for n, group in enumerate(groups)]
+def submit_range(pools: Pools, pages: Pages, options: LoaderOptions, spec: ChunkSpec) -> tuple[int, Future]:
+    """Load the next range of `pages` in the pool of its format: (its part, a Future of Loaded or Failure)."""
+    ref, part = pages.ref, pages.next_range()
+    task = LoadTask(ref.path, ref.fmt, options, spec, "", ref.source, pages.doc, part)
+    return part.part, pools.submit(pool_for(ref.fmt), load_file, task)
 
 
 def after_load(ref: FileRef, result: Loaded | Failure, old_hash: str | None,
                known_chunks: int) -> Finished | Pages:
-    """A load task's result as the file's next state: Finished (failed, skipped, unchanged: it keeps the
-    `known_chunks` of its manifest entry), or its Pages, still waiting for OCR and chunk tasks if any."""
+    """A file's first load task's result as its next state: Finished (failed, skipped, unchanged: it keeps
+    the `known_chunks` of its manifest entry), or its Pages, waiting for OCR pages and ranges if any."""
     if isinstance(result, Failure):
         return Finished(ref, Outcome("skipped" if result.skip else "failed", failure_text(result)))
     if result.unchanged:
@@ -254,71 +281,96 @@ def after_load(ref: FileRef, result: Loaded | Failure, old_hash: str | None,
     return Pages(ref, result, old_hash)
 
 
-def load_whole(pools: Pools, job: Job, options: LoaderOptions, ocr_options: OcrOptions, spec: ChunkSpec) -> Finished:
-    """Load, OCR and chunk one file in `pools`, waiting for each step: the file's whole journey through
-    the loaders in the caller's thread (the Ray engine's load tasks). Every wait is bounded by the
-    pools' time limits."""
-    from ingest import ocr
-
-    ref = job.ref
-    state = after_load(ref, submit(pools, ref, options, spec, job.known_hash).result(), job.old_hash, job.known_chunks)
-    if isinstance(state, Finished):
-        return state
-    parts = ocr.fan_out(pools, ref.path, state.ocr_pages_todo, ocr_options, spec, state.doc)
-    for task, future in fan_out(pools, ref.fmt, state.segments, spec, state.doc):
-        state.add_chunks(task, future.result())
-    for page, future in parts:
-        state.add_ocr(page, future.result())
-    return state.finish()
+class _Part:
+    def __init__(self, loaded: Loaded):       # one part of a loaded file; OCR pages it waits for: pending
+        self.pages, self.pending, self.seconds = list(loaded.pages), {p for p, _ in loaded.ocr_pages}, loaded.seconds
 
 
 class Pages:
-    """A loaded file waiting for its OCR pages and chunk tasks; owned by the dispatcher's thread."""
+    """A loaded file: its parts (the first load task's, then one per range) as they load and OCR, handed
+    on in order by `ready`; owned by the dispatcher's thread."""
 
     def __init__(self, ref: FileRef, loaded: Loaded, old_hash: str | None):
         self.ref = replace(ref, file_hash=loaded.file_hash)
-        self.old_hash = old_hash
-        self.pages = list(loaded.pages)
-        self.ocr_pages_todo, self.segments, self.doc = loaded.ocr_pages, loaded.segments, loaded.doc
-        self.pending = {("ocr", p) for p, _ in loaded.ocr_pages} | {("chunk", n) for n in range(len(loaded.segments))}
-        self.ocr_pages = len(loaded.ocr_pages)
+        self.old_hash, self.doc = old_hash, loaded.doc
+        self.todo = deque(loaded.ranges)         # ranges not yet loading
+        self.loading: dict[int, Range] = {}      # ranges loading
+        self.total = 1 + len(loaded.ranges)
+        self.parts: dict[int, _Part] = {0: _Part(loaded)}
+        self.next, self.start = 0, 0             # the next part to hand on; chunks handed on
+        self.ocr_pages, self.seconds, self.cut, self.junk = len(loaded.ocr_pages), 0.0, 0, 0
         self.warnings: list[str] = list(ref.warnings)
         self.ocr_failures: list[str] = []
-        self.chunk_failure: str | None = None
-        self.seconds = loaded.seconds
+        self.failure: str | None = None
+        self.ended = False                       # the last part (or the failure) was handed on
 
-    def add_ocr(self, page: int, result: OcrDone | Failure) -> None:
+    def next_range(self) -> Range:
+        part = self.todo.popleft()
+        self.loading[part.part] = part
+        return part
+
+    def add_part(self, part: int, result: Loaded | Failure) -> None:
+        """A range task's result (its OCR pages are the caller's to fan out)."""
+        span = self.loading.pop(part)
+        if isinstance(result, Failure):
+            what = f"pages {span.start + 1}-{span.end}" if self.ref.fmt == "pdf" else f"bytes {span.start:,}-{span.end:,}"
+            self.failure = self.failure or f"loading {what} failed: {failure_text(result)}"
+            return
+        self.parts[part] = _Part(result)
+        self.ocr_pages += len(result.ocr_pages)
+
+    def add_ocr(self, part: int, page: int, result: OcrDone | Failure) -> None:
+        state = self.parts[part]
         if isinstance(result, Failure):
             self.ocr_failures.append(f"page {page}: OCR failed: {failure_text(result)}")
             self.warnings.append(self.ocr_failures[-1])
         else:
-            self.seconds += result.seconds
-            self.pages.extend(result.pages)
-        self.pending.discard(("ocr", page))
+            state.seconds += result.seconds
+            state.pages.extend(result.pages)
+        state.pending.discard(page)
 
-    def add_chunks(self, task: int, result: Chunked | Failure) -> None:
-        if isinstance(result, Failure):
-            self.chunk_failure = self.chunk_failure or f"chunking failed: {failure_text(result)}"
-        else:
-            self.seconds += result.seconds
-            self.pages.extend(result.pages)
-        self.pending.discard(("chunk", task))
+    def ready(self) -> list[Finished]:
+        """The parts now ready to hand on, in order (parts without chunks are left out, except the last):
+        each a Finished of `start`, `last`; the last carries the file's outcome. A failure ends the file."""
+        if self.ended:
+            return []
+        if self.failure:
+            return [self.fail(self.failure)]
+        out: list[Finished] = []
+        while (part := self.parts.get(self.next)) is not None and not part.pending:
+            del self.parts[self.next]
+            self.next += 1
+            pages = tuple(sorted(part.pages, key=lambda p: (-1 if p.page is None else p.page, p.segment)))
+            self.seconds += part.seconds
+            self.cut += sum(p.cut for p in pages)
+            self.junk += sum(p.junk for p in pages)
+            chunks = sum(len(p.chunks) for p in pages)
+            if self.next == self.total:
+                out.append(self._last(pages, chunks))
+            elif chunks:
+                outcome = Outcome("ingested", None, chunks)
+                out.append(Finished(self.ref, outcome, pages, self.old_hash, start=self.start, last=False))
+                self.start += chunks
+        return out
 
-    def finish(self) -> Finished:
-        """The file once nothing is pending: ingested, or failed when a chunk task failed or OCR gave nothing."""
-        pages = tuple(sorted(self.pages, key=lambda p: (-1 if p.page is None else p.page, p.segment)))
-        chunks = sum(len(p.chunks) for p in pages)
-        if cut := sum(p.cut for p in pages):
-            self.warnings.append(f"{cut} chunk(s) longer than the store's {MAX_CHUNK_BYTES:,}-byte text field "
-                                 "(text without spaces?) were cut into pieces")
-        if junk := sum(p.junk for p in pages):
-            self.warnings.append(f"{junk} chunk(s) of non-language text (base64, hex or binary runs) skipped, not embedded")
-        warnings = tuple(self.warnings)
-        error = self.chunk_failure or (self.ocr_failures[0] if chunks == 0 and self.ocr_failures else None)
-        if error:
-            return Finished(self.ref, Outcome("failed", error, ocr_pages=self.ocr_pages, warnings=warnings,
-                                              seconds=self.seconds))
-        if chunks == 0 and not junk:
-            warnings += ("no text found",)
-        outcome = Outcome("ingested", None, chunks, self.ocr_pages, warnings, self.seconds, junk)
-        return Finished(self.ref, outcome, pages, self.old_hash, record=True)
+    def _last(self, pages: tuple[PageChunks, ...], chunks: int) -> Finished:
+        """The file's last part: ingested, or failed when OCR gave nothing."""
+        chunks += self.start
+        self.warnings += [f"{self.cut} chunk(s) longer than the store's {MAX_CHUNK_BYTES:,}-byte text field "
+                          "(text without spaces?) were cut into pieces"] if self.cut else []
+        self.warnings += [f"{self.junk} chunk(s) of non-language text (base64, hex or binary runs) skipped, "
+                          "not embedded"] if self.junk else []
+        if chunks == 0 and self.ocr_failures:
+            return self.fail(self.ocr_failures[0])
+        if chunks == 0 and not self.junk:
+            self.warnings.append("no text found")
+        self.ended = True
+        outcome = Outcome("ingested", None, chunks, self.ocr_pages, tuple(self.warnings), self.seconds, self.junk)
+        return Finished(self.ref, outcome, pages, self.old_hash, record=True, start=self.start)
+
+    def fail(self, error: str) -> Finished:
+        """The file's last part as a failure: rows of its parts handed on are removed, its last good version
+        stays (ingest/write.py)."""
+        self.ended = True
+        outcome = Outcome("failed", error, ocr_pages=self.ocr_pages, warnings=tuple(self.warnings), seconds=self.seconds)
+        return Finished(self.ref, outcome, (), self.old_hash, start=self.start)

@@ -1,12 +1,13 @@
 """PDF: one page per PDF page (1-based) with its text layer as blocks (headings, tables, text; running
 headers, footers and page numbers left out: loaders/pdf_layout.py); a page with no usable text layer
-is yielded empty with needs_ocr=True (options.pdf_ocr: "auto", "always" or "never")."""
+is yielded empty with needs_ocr=True (options.pdf_ocr: "auto", "always" or "never"). A big PDF is also
+read by page range (`load_pages`: ingest/load.py's NOTE on ranges)."""
 from __future__ import annotations
 
 import unicodedata
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from .base import LoaderError, LoaderOptions, Page, register
 from .pdf_layout import WINDOW, Layout, read_lines
@@ -82,6 +83,14 @@ def needs_ocr(page: pymupdf.Page, text: str) -> bool:
 def load(path: Path, options: LoaderOptions) -> Iterator[Page]:
     """Every page with its blocks and text; pages without a usable text layer come empty with needs_ocr=True.
     A page is yielded once WINDOW pages past it are read (pdf_layout's NOTE)."""
+    return load_pages(path, options)
+
+
+def load_pages(path: Path, options: LoaderOptions, first: int = 0, stop: int | None = None,
+               on_open: Callable[[int, list], None] | None = None) -> Iterator[Page]:
+    """Pages [first, stop) (0-based; stop None: to the end) as `load` yields them: the WINDOW pages on
+    either side are read too, so running headers and font sizes are decided as in a whole-document
+    read. `on_open(page_count, outline)` is called once the document is open."""
     import pymupdf
 
     flags = pymupdf.TEXTFLAGS_TEXT & ~pymupdf.TEXT_PRESERVE_LIGATURES      # "ﬁ" -> "fi"
@@ -93,6 +102,9 @@ def load(path: Path, options: LoaderOptions) -> Iterator[Page]:
             toc = doc.get_toc()
         except mupdf_errors():
             toc = []                                    # a damaged outline costs the headings it held
+        if on_open is not None:
+            on_open(doc.page_count, toc)
+        stop = doc.page_count if stop is None else min(stop, doc.page_count)
         layout = Layout(doc.page_count, toc, options.pdf_tables, lambda index: doc[index])
         pending: deque[tuple[int, bool]] = deque()
 
@@ -105,7 +117,7 @@ def load(path: Path, options: LoaderOptions) -> Iterator[Page]:
                 raise damaged(f"page {index + 1} of the PDF", exc) from None
             return Page(index + 1, page_text(blocks), title=title, blocks=tuple(blocks))
 
-        for index in range(doc.page_count):
+        for index in range(max(0, first - WINDOW), min(doc.page_count, stop + WINDOW)):
             try:
                 page = doc[index]
                 lines = read_lines(page.get_text("dict", flags=flags))
@@ -114,8 +126,9 @@ def load(path: Path, options: LoaderOptions) -> Iterator[Page]:
                 raise damaged(f"page {index + 1} of the PDF", exc) from None
             if not ocr:
                 layout.scan(index, lines)
-            pending.append((index, ocr))
-            while pending[0][0] <= index - WINDOW:
+            if first <= index < stop:
+                pending.append((index, ocr))
+            while pending and pending[0][0] <= index - WINDOW:
                 yield finish(*pending.popleft())
         while pending:
             yield finish(*pending.popleft())

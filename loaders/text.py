@@ -1,10 +1,25 @@
 """Plain text and Markdown: detect the encoding, return the whole file as one page; a Markdown page
-also comes as blocks (ATX headings, pipe tables, paragraphs)."""
+also comes as blocks (ATX headings, pipe tables, paragraphs). A big file is also read by byte range
+(`plan_ranges`, `load_range`: ingest/load.py's NOTE on ranges).
+
+NOTE (ranges): `plan_ranges` reads the file once, block by block, feeding the caller's hash; it
+takes the encoding from the file's head (a BOM, else strict UTF-8 of the head, else the guess) and
+cuts the file about every `range_bytes` right after the first newline of the first blank line at
+or after the mark (else after a newline, else after a space, searched up to the end), so every
+range decodes alone: only encodings where those bytes are never part of a character are cut
+(UTF-16/32 files are read whole). For Markdown it also notes, at each cut, the heading stack and
+whether the cut falls inside a fenced code block. Approximated against a whole-file read: the
+encoding is the head's (an invalid byte later becomes U+FFFD instead of changing the guess), a
+range cut inside a pipe table starts a new table without its header, and a Markdown title is the
+first `# heading` of the first range.
+"""
 from __future__ import annotations
 
+import codecs
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Protocol
 
 from .base import Block, LoaderError, LoaderOptions, Page, Unsupported, register
 from .tables import table_block
@@ -34,6 +49,9 @@ _H1 = re.compile(r" {0,3}#[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
 _ATX = re.compile(r" {0,3}(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
 _DELIMITER = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
 _CELL_SPLIT = re.compile(r"(?<!\\)\|")
+_MD_LINE = re.compile(rb"^[ \t]*(?:```|~~~)|^ {0,3}#{1,6}[ \t]", re.M)   # fence or ATX heading lines (a prefilter)
+READ_BYTES = 1 << 20            # the planning pass's block
+CUT_SLACK = 1 << 16             # how far past a mark a blank line is looked for before a newline will do
 
 
 def utf16_without_bom(head: bytes) -> str | None:
@@ -99,13 +117,12 @@ def _cells(line: str) -> list[str]:
     return [c.strip().replace("\\|", "|") for c in _CELL_SPLIT.split(line)]
 
 
-def markdown_blocks(text: str) -> list[Block]:
+def markdown_blocks(text: str, in_fence: bool = False) -> list[Block]:
     """ATX headings (outside fenced code) as headings, pipe tables (a header row, then a |---| line) as
-    tables, the rest as text blocks split at blank lines."""
+    tables, the rest as text blocks split at blank lines; `in_fence`: the text starts inside a fence."""
     blocks: list[Block] = []
     para: list[str] = []
     lines = text.split("\n")
-    in_fence = False
 
     def flush() -> None:
         if any(p.strip() for p in para):
@@ -168,3 +185,117 @@ def load_md(path: Path, options: LoaderOptions) -> Iterator[Page]:
     the structure."""
     text = read_text(path, options)
     yield Page(None, text, title=markdown_title(text), blocks=tuple(markdown_blocks(text)))
+
+
+# -- byte ranges of a big file (module NOTE) -------------------------------------------------
+class Digest(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+
+
+@dataclass(frozen=True)
+class TextRange:
+    start: int                              # bytes [start, end) of the file
+    end: int
+    encoding: str
+    headings: tuple[tuple[int, str], ...]   # Markdown: the heading stack (level, text) where it starts
+    fence: bool                             # Markdown: it starts inside a fenced code block
+
+
+def range_encoding(head: bytes) -> str | None:
+    """The encoding every range of the file is decoded with, from its head; None if byte cuts at
+    newlines and spaces could split a character (UTF-16, UTF-32)."""
+    for bom, encoding in BOMS:
+        if head.startswith(bom):
+            return encoding if encoding == "utf-8-sig" else None
+    if utf16_without_bom(head[:HEAD_BYTES]):
+        return None
+    sample = head[: head.rindex(b"\n") + 1] if len(head) >= GUESS_BYTES and b"\n" in head else head
+    try:
+        sample.decode("utf-8")
+        return "utf-8"
+    except UnicodeDecodeError:
+        encoding = _guess_encoding(head) or "latin-1"
+    return encoding if codecs.encode("\n \r", encoding) == b"\n \r" else None
+
+
+def _boundary(f, mark: int) -> int:
+    """The cut at or after `mark` (module NOTE): the offset right after it; the file's size if none."""
+    f.seek(mark)
+    window = f.read(CUT_SLACK)
+    blank = [i for i in (window.find(b"\n\n"), window.find(b"\n\r\n")) if i >= 0]
+    if blank:
+        return mark + min(blank) + 1
+    offset = mark
+    while window:
+        found = [i for i in (window.find(b"\n"), window.find(b" ")) if i >= 0]
+        if found:
+            return offset + min(found) + 1
+        offset += len(window)
+        window = f.read(READ_BYTES)
+    return offset
+
+
+def plan_ranges(path: Path, range_bytes: int, markdown: bool, digest: Digest) -> list[TextRange] | None:
+    """Read the file once (every byte goes to `digest`) and cut it into ranges of about `range_bytes`;
+    None when its encoding cannot be cut (it is then read whole)."""
+    with open(path, "rb") as f, open(path, "rb") as probe:
+        encoding = range_encoding(probe.read(GUESS_BYTES))
+        size = probe.seek(0, 2)
+        cuts = [0]
+        while encoding and size - cuts[-1] > range_bytes and (cut := _boundary(probe, cuts[-1] + range_bytes)) < size:
+            cuts.append(cut)
+        states = _markdown_states(f, cuts, encoding, digest) if markdown and encoding else None
+        if states is None:
+            for block in iter(lambda: f.read(READ_BYTES), b""):
+                digest.update(block)
+    if encoding is None:
+        return None
+    states = states or [((), False)] * len(cuts)
+    return [TextRange(a, b, encoding, *state) for a, b, state in zip(cuts, cuts[1:] + [size], states)]
+
+
+def _markdown_states(f, cuts: list[int], encoding: str, digest: Digest) -> list[tuple[tuple[tuple[int, str], ...], bool]]:
+    """Feed the whole file to `digest`, following its ATX headings and fences: (heading stack, in a
+    fence) at each cut."""
+    stack: list[tuple[int, str]] = []
+    fence = False
+    states: list[tuple[tuple[tuple[int, str], ...], bool]] = []
+    carry, base = b"", 0                    # an unfinished line, and its offset
+    for block in iter(lambda: f.read(READ_BYTES), b""):
+        digest.update(block)
+        data = carry + block
+        end = data.rfind(b"\n") + 1
+        for match in _MD_LINE.finditer(data, 0, end):
+            while len(states) < len(cuts) and cuts[len(states)] <= base + match.start():
+                states.append((tuple(stack), fence))
+            line = data[match.start():data.index(b"\n", match.start())].decode(encoding, "replace").rstrip("\r")
+            if line.lstrip().startswith(("```", "~~~")):
+                fence = not fence
+            elif not fence and (atx := _ATX.match(line)):
+                level = len(atx.group(1))
+                while stack and stack[-1][0] >= level:
+                    stack.pop()
+                stack.append((level, atx.group(2).strip()))
+        carry, base = data[end:], base + end
+        if len(carry) > READ_BYTES:         # a line this long is no heading
+            carry, base = b"", base + len(carry)
+    while len(states) < len(cuts):
+        states.append((tuple(stack), fence))
+    return states
+
+
+def load_range(path: Path, options: LoaderOptions, start: int, end: int, encoding: str, markdown: bool,
+               fence: bool = False) -> Iterator[Page]:
+    """Bytes [start, end) of a text or Markdown file (cut by `plan_ranges`) as one page; `fence`: a
+    Markdown range that starts inside a fenced code block. The file's first range titles a Markdown page."""
+    if end - start > options.max_text_mb * MB:
+        raise LoaderError(f"the text file has no line break for {(end - start) / MB:.1f} MB, over [limits] "
+                          f"max_text_mb = {options.max_text_mb:g}; raise the limit to ingest it")
+    with open(path, "rb") as f:
+        f.seek(start)
+        text = f.read(end - start).decode(encoding, errors="replace").replace("\r\n", "\n")
+    if not markdown:
+        yield Page(None, text)
+        return
+    yield Page(None, text, title=markdown_title(text) if start == 0 else None,
+               blocks=tuple(markdown_blocks(text, fence)))

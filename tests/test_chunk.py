@@ -3,6 +3,7 @@ pool's token ids; a big file's chunking is split over its pool's workers, in ord
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import random
 import re
 import subprocess
@@ -17,8 +18,8 @@ from docs import make_docx, make_pdf, make_pptx
 from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, _tokens, cut_points, page_chunks
 from ingest.config import load_config, loader_options
 from ingest.files import FileRef
-from ingest.load import SEGMENT_CHARS, ChunkTask, Loaded, LoadTask, Pages, chunk_segments, load_file
-from ingest.sections import Doc, Section
+from ingest.load import RANGE_BYTES, Loaded, LoadTask, Pages, Range, load_file
+from ingest.sections import Doc
 from ingest.loaders import loader_for
 from ingest.model_ref import resolve_model
 from ingest.sniff import detect_format
@@ -192,30 +193,30 @@ def test_cut_points_cut_before_paragraph_breaks() -> None:
     assert cut_points("ab " * 10 + "y" * 50, 10) == [0, 8, 17, 26, 80]    # not [.., 29, 80]: "yyy..." alone
 
 
-def test_pages_gather_segments_in_order_and_a_failed_chunk_task_fails_the_file() -> None:
+def test_pages_hand_on_parts_in_order_and_a_failed_range_fails_the_file() -> None:
     spec, ref = SPECS[0], FileRef(0, "a.txt", "/nowhere/a.txt", fmt="txt")
-    groups = ((Section(2, 1, "\n\nsecond part of page two"), Section(3, 0, "page three")),
-              (Section(3, 1, "\n\nend of page three"),))
-    doc = Doc("a.txt", "a.txt")
-    loaded = Loaded("hash", (page_chunks(1, "page one", spec), page_chunks(2, "page two", spec)), (), 0.5,
-                    segments=groups)
-    pages = Pages(ref, loaded, None)
-    for task in (1, 0):                                                 # out of order, as tasks may end
-        pages.add_chunks(task, chunk_segments(ChunkTask(groups[task], spec, doc)))
-    done = pages.finish()
-    assert not pages.pending and done.outcome.status == "ingested" and done.outcome.chunks == 5
-    assert [r.text for r in done.chunk_texts()] == ["page one", "page two", "second part of page two", "page three",
-                                                  "end of page three"]
-    ids, lengths = done.token_ids()
-    assert ids.tolist() == [i for p in done.pages for i in p.ids.tolist()] and lengths.tolist() == [4, 4, 7, 4, 6]
+    ranges = (Range(1, 10, 20), Range(2, 20, 30))
+    first = Loaded("hash", (page_chunks(None, "part one", spec),), (), 0.5, ranges=ranges, doc=Doc("a.txt", "a.txt"))
+    part = {n: Loaded("", (page_chunks(None, text, spec),), (), 0.1) for n, text in ((1, "part two"), (2, "part three"))}
+    pages = Pages(ref, first, "old")
+    assert [pages.next_range().part for _ in ranges] == [1, 2]
+    got = pages.ready()                                                 # part 0 is ready at once
+    pages.add_part(2, part[2])                                          # out of order, as tasks may end
+    assert len(got) == 1 and not got[0].last and pages.ready() == []
+    pages.add_part(1, part[1])
+    got += pages.ready()
+    assert [(f.start, f.last, [r.text for r in f.chunk_texts()]) for f in got] == [
+        (0, False, ["part one"]), (1, False, ["part two"]), (2, True, ["part three"])]
+    assert got[-1].outcome.status == "ingested" and got[-1].outcome.chunks == 3 and got[-1].record
 
-    pages = Pages(ref, loaded, None)
-    pages.add_chunks(0, Failure("chunking", "timeout after 60 s"))
-    assert pages.pending == {("chunk", 1)}
-    pages.add_chunks(1, chunk_segments(ChunkTask(groups[1], spec, doc)))
-    done = pages.finish()
-    assert done.outcome.status == "failed" and done.outcome.error == "chunking failed: timeout after 60 s"
-    assert done.pages == ()
+    pages = Pages(ref, first, "old")
+    for _ in ranges:
+        pages.next_range()
+    pages.ready()
+    pages.add_part(1, Failure("txt loader", "timeout after 60 s"))
+    (done,) = pages.ready()
+    assert done.last and done.outcome.status == "failed" and done.old_hash == "old" and done.start == 1
+    assert done.outcome.error == "loading bytes 10-20 failed: timeout after 60 s" and pages.ready() == []
 
 
 def big_text(paragraphs: int) -> str:
@@ -237,12 +238,13 @@ def test_a_big_file_is_chunked_in_several_tasks_in_order(work: Path) -> None:
     path = work / "docs" / "big.txt"
     path.write_text(big_text(PARAGRAPHS), encoding="utf-8")             # ~2 MB
     spec = ChunkSpec(MODEL.tokenizer_file, MODEL.max_seq_length, 200, 30)
-    loaded = load_file(LoadTask(str(path), "txt", loader_options(load_config()), spec))
-    assert len(loaded.pages) == 1 and len(loaded.segments) >= 15
-    segments = [s for group in loaded.segments for s in group]
-    assert all(len(s.text) <= SEGMENT_CHARS for s in segments) and segments[0].index == len(loaded.pages)
+    task = LoadTask(str(path), "txt", loader_options(load_config()), spec, source="big.txt")
+    loaded = load_file(task)
+    assert path.stat().st_size > RANGE_BYTES and len(loaded.ranges) >= 1
     expected = [c for p in loaded.pages for c in p.chunks]
-    expected += [c for s in segments for c in page_chunks(s.page, s.text, spec, segment=s.index).chunks]
+    for part in loaded.ranges:
+        done = load_file(replace(task, doc=loaded.doc, range=part))
+        expected += [c for p in done.pages for c in p.chunks]
 
     res = run(work / "docs", work, config='[model]\nbackend = "torch"\n[loaders.txt]\nworkers = 2\n')
     assert res.rc == 0, res.stderr

@@ -5,9 +5,16 @@ A file is dispatched while fewer than `max_loading` files are loading and fewer 
 empty, failed and skipped files are bounded too). Counting chunks, not files, matters: with a
 bound of 32 files and one-page documents, the encode window being computed held every file in
 flight, and the encoder idled while their successors loaded (bench/pipeline.py: ~65 ms each
-1.6 s on a 2-core CPU; a GPU fed 96-chunk batches).
+1.6 s on a 2-core CPU; a GPU fed 96-chunk batches). A big file's parts count as they are ready
+(`loaded`, once per part) until the writer holds them (`written`; `accepted` for the last).
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from ingest.files import Finished
+    from ingest.load import Pages
 
 
 class InFlight:
@@ -24,12 +31,20 @@ class InFlight:
         self.dispatched += 1
 
     def loaded(self, seq: int, chunks: int) -> None:
-        """File `seq` is loaded and chunked (or settled without loading)."""
-        self._loaded[seq] = n = max(1, chunks)
+        """File `seq`, or a part of it, is loaded and chunked (or settled without loading)."""
+        n = chunks if seq in self._loaded else max(1, chunks)
+        self._loaded[seq] = self._loaded.get(seq, 0) + n
         self.chunks += n
 
+    def written(self, seq: int, chunks: int) -> None:
+        """The writer holds the rows of a part of file `seq`, not its last."""
+        if seq in self._loaded:
+            n = min(chunks, self._loaded[seq])
+            self._loaded[seq] -= n
+            self.chunks -= n
+
     def accepted(self, seq: int) -> None:
-        """The writer holds every row of file `seq`."""
+        """The writer holds every row of file `seq` (the rest of its count)."""
         self.dispatched -= 1
         self.chunks -= self._loaded.pop(seq, 0)
 
@@ -42,3 +57,45 @@ class InFlight:
         """The most files that can be in flight at once (a bound for the reorder buffer): each loaded
         file counts at least 1 chunk, and a dispatch needs fewer than max_chunks."""
         return max_loading + max_chunks
+
+
+class Ranged:
+    """The big files loaded by range (ingest/load.py NOTE): their ranges, loaded as the budget allows,
+    and their ready parts, which wait until their file is next in order (ingest/engines/local.py NOTE)."""
+
+    def __init__(self, in_flight: InFlight, workers: Callable[[str], int], submit: Callable[[Pages], None]):
+        self.in_flight = in_flight
+        self.workers = workers                               # format -> ranges of one file loading at once
+        self.submit = submit                                 # load the file's next range
+        self.files: dict[int, Pages] = {}                    # files with ranges still to load
+        self.held: dict[int, list[Finished]] = {}            # ready parts of files not yet next
+
+    def hand_on(self, pages: Pages, head: int, feed: Callable[[Finished], None]) -> Finished | None:
+        """Feed the file's parts now ready if it is next in order (`head`), else hold them; each counts in
+        flight from now. Its last part, if ready, is the caller's."""
+        seq, last = pages.ref.seq, None
+        for part in pages.ready():
+            if part.last:
+                last = part
+                continue
+            self.in_flight.loaded(seq, part.chunk_count)
+            feed(part) if seq == head else self.held.setdefault(seq, []).append(part)
+        return last
+
+    def released(self, seq: int) -> list[Finished]:
+        """File `seq` is next in order: its parts that waited."""
+        return self.held.pop(seq, []) if self.held else []
+
+    def load(self, room: int, head: int) -> None:
+        """Load ranges while chunks in flight are under `room` (the file next in order, `head`, always may
+        have one loading), no file with more than its pool's workers loading."""
+        for seq, pages in sorted(self.files.items()):
+            while pages.todo and not pages.ended and len(pages.loading) < self.workers(pages.ref.fmt) and (
+                    self.in_flight.chunks < room or (seq == head and not pages.loading)):
+                self.submit(pages)
+            if not pages.todo or pages.ended:
+                del self.files[seq]
+
+    def clear(self) -> None:
+        self.files.clear()
+        self.held.clear()

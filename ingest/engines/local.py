@@ -1,6 +1,6 @@
 """`ingest run`: the dispatcher. Each file walks through the steps, one module each:
 
-    scan -> sniff -> load (loader pools; chunk in the worker) -> OCR and chunk fan-out -> reorder -> encode -> write
+    scan -> sniff -> load (loader pools; chunk in the worker) -> OCR fan-out, big files' ranges -> reorder -> encode -> write
 
 NOTE (flow and shutdown protocol):
 - The main thread pulls the lazy scan as it dispatches files (each ends in `settle`; an unchanged
@@ -15,6 +15,11 @@ NOTE (flow and shutdown protocol):
   file order; the encode pool returns groups in input order, so the writer stores rows in
   file order, then chunk order, and posts Written. Files that fail, skip or are unchanged
   travel the same path with no chunks, so the report and manifest see files in order too.
+- A big file loaded by range (ingest/load.py NOTE) comes in parts: those of the file next in
+  order are fed as they are ready, a later file's wait (inflight.Ranged) until it is next, and
+  its last part passes the Reorder. Parts count in max_chunks_in_flight until the writer holds
+  them (PartWritten; Accepted for the last); ranges load while it has room, but the file next in
+  order always may have one loading, so it never waits on files behind it.
 - Stop signals (SIGINT: Ctrl-C; SIGTERM: systemctl/docker/kubernetes stop; to the supervisor
   alone or to the whole group, whose other processes leave stopping to us: workers/spawn.py)
   are handled from the first line of `execute`. While the run starts (config checks, model,
@@ -35,9 +40,8 @@ import sys
 import threading
 import time
 from itertools import chain
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Iterator
 
 from ingest import load, ocr, remote
 from ingest.store.collection import open_collection
@@ -45,7 +49,9 @@ from ingest.backends import BackendError
 from ingest.config import FORMAT_POOLS, ConfigError, chunk_spec, loader_options, ocr_options
 from ingest.encode import EncodeStage
 from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
-from ingest.engines.inflight import InFlight
+from ingest.loaders import pool_for
+from ingest.engines.events import Accepted, EncodeFailed, Event, LoadDone, OcrPageDone, PartWritten, Stop, Written
+from ingest.engines.inflight import InFlight, Ranged
 from ingest.model_ref import ModelNotFound
 from ingest.progress import Progress
 from ingest.report import Tally, default_report_path, summary, write_unstarted
@@ -67,52 +73,6 @@ EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2      # EXIT_ERROR: the run could not 
 START_ERRORS = (ConfigError, StoreError, ModelNotFound, BackendError, OSError)    # what can keep a run from starting
 
 
-# -- events on the dispatcher's queue ------------------------------------------------------
-@dataclass(frozen=True)
-class LoadDone:
-    seq: int
-    result: load.Loaded | Failure
-
-
-@dataclass(frozen=True)
-class OcrPageDone:
-    seq: int
-    page: int
-    result: ocr.OcrDone | Failure
-
-
-@dataclass(frozen=True)
-class ChunksDone:
-    seq: int
-    task: int
-    result: load.Chunked | Failure
-
-
-@dataclass(frozen=True)
-class Accepted:
-    """The writer holds all of the file's rows: its chunks no longer count as in flight."""
-    seq: int
-    chunks: int
-
-
-@dataclass(frozen=True)
-class Written:
-    file: Finished
-
-
-@dataclass(frozen=True)
-class EncodeFailed:
-    error: BaseException
-
-
-@dataclass(frozen=True)
-class Stop:
-    pass
-
-
-Event = Union[LoadDone, OcrPageDone, ChunksDone, Accepted, Written, EncodeFailed, Stop]
-
-
 class Run:
     def __init__(self, cfg: dict[str, Any], root: Path | str, *, quiet: bool = False, prune: bool = False,
                  reembed: bool = False, report_path: Path | None = None):
@@ -125,6 +85,7 @@ class Run:
         self.col = None
         self._pending: dict[int, load.Job | load.Pages] = {}     # dispatched, not yet finished
         self._in_flight = InFlight(cfg["run"]["max_files_in_flight"])
+        self._ranged = Ranged(self._in_flight, lambda fmt: cfg["loaders"][pool_for(fmt)]["workers"], self._load_range)
         self._reorder: Reorder[Finished] = Reorder(InFlight.most_files(
             cfg["run"]["max_files_in_flight"], EncodeStage.most_chunks_ahead(cfg["run"]["max_chunks_in_flight"])))
         self._total: int | None = None      # files pulled from the scan, once it is exhausted
@@ -215,10 +176,11 @@ class Run:
                            {p: cfg["loaders"][p]["timeout_s"] for p in FORMAT_POOLS},
                            load.init_loader_process, (plugins, cfg["limits"]["worker_memory_mb"]))
         self.writer = Writer(col.store, col.manifest, col.model.name, col.settings, cfg["store"]["batch_size"],
-                             lambda f: self.events.put(Accepted(f.ref.seq, f.outcome.chunks if f.outcome.status == "ingested" else 0)), lambda f: self.events.put(Written(f)),
+                             lambda f: self.events.put(Accepted(f.ref.seq, f.chunk_count if f.outcome.status == "ingested" else 0)), lambda f: self.events.put(Written(f)),
                              col.backend, writers=cfg["store"]["writers"])
         self.stage = EncodeStage(col.model, {**cfg["model"], "backend": col.backend}, self.writer,
-                                 lambda e: self.events.put(EncodeFailed(e)), self.stopping)
+                                 lambda e: self.events.put(EncodeFailed(e)), self.stopping,
+                                 lambda f: self.events.put(PartWritten(f.ref.seq, f.chunk_count)))
         thread = threading.Thread(target=self.stage.run, name="ingest-encode", daemon=True)
         thread.start()
         self._loop(files, thread)
@@ -302,44 +264,69 @@ class Run:
         future.add_done_callback(lambda f: self.events.put(LoadDone(ref.seq, f.result())))
 
     def _loaded(self, event: LoadDone) -> None:
-        job = self._pending.get(event.seq)
-        if not isinstance(job, load.Job):                   # interrupted meanwhile
+        state = self._pending.get(event.seq)
+        if event.part:                                      # a range of a big file
+            if isinstance(state, load.Pages):
+                state.add_part(event.part, event.result)
+                self._part_loaded(state, event.part, event.result)
             return
-        ref = job.ref
-        state = load.after_load(ref, event.result, job.old_hash, job.known_chunks)
+        if not isinstance(state, load.Job):                 # interrupted meanwhile
+            return
+        state = load.after_load(state.ref, event.result, state.old_hash, state.known_chunks)
         if isinstance(state, Finished):
             return self._complete(state)
-        pages = self._pending[event.seq] = state
-        todo = pages.ocr_pages_todo
-        for page, future in ocr.fan_out(self.pools, ref.path, todo, self.ocr_options, self.spec, pages.doc):
-            future.add_done_callback(lambda f, p=page: self.events.put(OcrPageDone(event.seq, p, f.result())))
-        for task, future in load.fan_out(self.pools, ref.fmt, pages.segments, self.spec, pages.doc):
-            future.add_done_callback(lambda f, t=task: self.events.put(ChunksDone(event.seq, t, f.result())))
-        if not pages.pending:
-            self._complete(pages.finish())
+        self._pending[event.seq] = state
+        if state.todo:
+            self._ranged.files[event.seq] = state
+        self._part_loaded(state, 0, event.result)
 
-    def _part_done(self, event: OcrPageDone | ChunksDone) -> None:
-        """An OCR page or a chunk task of a loaded file is back; the file is finished once none is pending."""
+    def _part_loaded(self, pages: load.Pages, part: int, result: load.Loaded | Failure) -> None:
+        """A part of a file is loaded: OCR its pages, hand on its parts that are ready, in order."""
+        seq = pages.ref.seq
+        if isinstance(result, load.Loaded):
+            for page, future in ocr.fan_out(self.pools, pages.ref.path, result.ocr_pages, self.ocr_options, self.spec,
+                                            pages.doc):
+                future.add_done_callback(lambda f, p=page: self.events.put(OcrPageDone(seq, part, p, f.result())))
+        self._hand_on(pages)
+
+    def _part_done(self, event: OcrPageDone | PartWritten) -> None:
+        """An OCR page of a loaded file is back, or the writer holds a part of a big file."""
+        if isinstance(event, PartWritten):
+            self._in_flight.written(event.seq, event.chunks)
+            self.progress.embedded(event.chunks)
+            return self._ranged.load(self.stage.chunks_ahead(self.cfg["run"]["max_chunks_in_flight"]), self._reorder.next)
         pages = self._pending.get(event.seq)
-        if not isinstance(pages, load.Pages):
-            return
-        result = event.result
-        if isinstance(event, ChunksDone):
-            pages.add_chunks(event.task, result)
-        else:
-            pages.add_ocr(event.page, result)
-        if not pages.pending:
-            self._complete(pages.finish())
+        if isinstance(pages, load.Pages):
+            pages.add_ocr(event.part, event.page, event.result)
+            self._hand_on(pages)
+
+    def _hand_on(self, pages: load.Pages) -> None:
+        if (last := self._ranged.hand_on(pages, self._reorder.next, self.stage.feed.put)) is not None:
+            self._complete(last)
+        self._ranged.load(self.stage.chunks_ahead(self.cfg["run"]["max_chunks_in_flight"]), self._reorder.next)
+
+    def _load_range(self, pages: load.Pages) -> None:
+        seq = pages.ref.seq
+        part, future = load.submit_range(self.pools, pages, self.loader_options, self.spec)
+        future.add_done_callback(lambda f: self.events.put(LoadDone(seq, f.result(), part)))
 
     def _complete(self, file: Finished) -> None:
-        """Hand a finished file to the reorder buffer; feed the encoder every file that is next in order."""
-        self._pending.pop(file.ref.seq, None)
+        """Hand a finished file (a big file's last part) to the reorder buffer; feed the encoder every file
+        that is next in order, after its parts that waited."""
+        seq = file.ref.seq
+        self._pending.pop(seq, None)
         remote.discard(file.ref.path)                  # its local copy, if it was fetched (ingest/remote.py NOTE)
-        self._in_flight.loaded(file.ref.seq, file.outcome.chunks)
-        for ready in self._reorder.put(file.ref.seq, load.drop_if_skipped(file, self.col.known)):
+        self._in_flight.loaded(seq, file.chunk_count)
+        for ready in self._reorder.put(seq, load.drop_if_skipped(file, self.col.known)):
+            for part in self._ranged.released(ready.ref.seq):
+                self.stage.feed.put(part)
             self.stage.feed.put(ready)
+        for part in self._ranged.released(self._reorder.next):
+            self.stage.feed.put(part)
         if self._reorder.next == self._total:
             self.stage.feed.put(None)                  # end of input for the encoder
+        if self._ranged.files:
+            self._ranged.load(self.stage.chunks_ahead(self.cfg["run"]["max_chunks_in_flight"]), self._reorder.next)
 
     # -- stopping ---------------------------------------------------------------------
     def _report_unstarted(self, started: float, stopped_by: str, code: int, **totals: Any) -> str:
@@ -367,10 +354,11 @@ class Run:
             print(f"\n{self.signals.name}: writing what is already encoded (a second signal quits at once)",
                   file=sys.stderr)
         self.pools.stop()
+        self._ranged.clear()
         for seq in sorted(self._pending):
             state = self._pending[seq]
-            seconds = state.seconds if isinstance(state, load.Pages) else 0.0
-            self._complete(Finished(state.ref, Outcome("failed", INTERRUPTED, seconds=seconds)))
+            self._complete(state.fail(INTERRUPTED) if isinstance(state, load.Pages)
+                           else Finished(state.ref, Outcome("failed", INTERRUPTED)))
         self.stage.feed.put(None)
 
     @staticmethod

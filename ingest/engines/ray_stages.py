@@ -16,20 +16,22 @@ from __future__ import annotations
 
 import os
 import pickle
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from ingest import remote
+from ingest import load, ocr, remote
 from ingest.chunk import ChunkSpec
 from ingest.encode import chunk_failure_text, file_parts, make_pool
 from ingest.files import Finished, Row
-from ingest.load import Job, import_plugins, init_loader_process, load_whole
+from ingest.load import Job, import_plugins, init_loader_process
 from ingest.loaders import LoaderOptions, OcrOptions
 from ingest.model_ref import ModelRef
 from ingest.store import Endpoint, Store
 from ingest.workers.encode import Pretokenized
+from ingest.workers.failure import Failure
 from ingest.workers.pool import Pools
 from ingest.store.writers import Ack, Batch, Batcher, Refused, Segment, Unreachable, upsert
 
@@ -122,6 +124,30 @@ def load_files(batch: dict[str, Any], settings: LoadSettings) -> dict[str, list[
         parts += parts_of(load_whole(pools, job, settings.options, settings.ocr_options, settings.spec))
         remote.discard(job.ref.path)
     return {"pack": packed(parts)}
+
+
+def load_whole(pools: Pools, job: load.Job, options: LoaderOptions, ocr_options: OcrOptions, spec: ChunkSpec) -> Finished:
+    """Load, OCR and chunk one file in `pools`, waiting for each step: the file's whole journey through
+    the loaders in the caller's thread (the Ray engine's load tasks), its parts joined into one Finished.
+    Every wait is bounded by the pools' time limits."""
+    ref, first = job.ref, load.submit(pools, job.ref, options, spec, job.known_hash).result()
+    state = load.after_load(ref, first, job.old_hash, job.known_chunks)
+    if isinstance(state, Finished):
+        return state
+    loads = [(0, first)] + [load.submit_range(pools, state, options, spec) for _ in range(len(state.todo))]
+    pages: list[tuple[int, int, Future]] = []
+    for part, result in loads:
+        result = result if isinstance(result, (load.Loaded, Failure)) else result.result()
+        if part:
+            state.add_part(part, result)
+        if isinstance(result, load.Loaded):
+            pages += [(part, page, f) for page, f in ocr.fan_out(pools, ref.path, result.ocr_pages, ocr_options, spec,
+                                                                 state.doc)]
+    for part, page, future in pages:
+        state.add_ocr(part, page, future.result())
+    parts = state.ready()
+    ingested = parts[-1].outcome.status == "ingested"
+    return replace(parts[-1], pages=tuple(p for part in parts for p in part.pages) if ingested else (), start=0)
 
 
 # -- encode actors ---------------------------------------------------------------------------

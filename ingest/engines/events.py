@@ -1,0 +1,57 @@
+"""The events on the local dispatcher's queue (ingest/engines/local.py): small frozen values that pool
+callbacks, the encode thread, the writer and the stop handler post, and only the dispatcher reads."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from ingest import load, ocr
+from ingest.files import Finished
+from ingest.workers.failure import Failure
+
+
+@dataclass(frozen=True)
+class LoadDone:
+    seq: int
+    result: load.Loaded | Failure
+    part: int = 0                   # a range task's (0: the file's first load task)
+
+
+@dataclass(frozen=True)
+class OcrPageDone:
+    seq: int
+    part: int
+    page: int
+    result: ocr.OcrDone | Failure
+
+
+@dataclass(frozen=True)
+class PartWritten:
+    """The writer holds the rows of a part of a big file (not its last)."""
+    seq: int
+    chunks: int
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The writer holds all of the file's rows: its chunks no longer count as in flight."""
+    seq: int
+    chunks: int
+
+
+@dataclass(frozen=True)
+class Written:
+    file: Finished
+
+
+@dataclass(frozen=True)
+class EncodeFailed:
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+Event = Union[LoadDone, OcrPageDone, PartWritten, Accepted, Written, EncodeFailed, Stop]

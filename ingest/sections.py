@@ -6,7 +6,7 @@ page 3 still heads the text of page 7. Text blocks under the same heading path o
 (with blank lines) into one text section, so chunks never straddle two sections; a heading only
 moves the path (its text reaches the chunk through the context line, not the chunk's text); each
 table is a section of its own. A page without blocks is one text section under the current path.
-OCR pages and big text segments are chunked in other tasks: they carry the path in effect where
+OCR pages and the ranges of big files are chunked in other tasks: they carry the path in effect where
 they start. Every chunk's embedded text is its context line (`context_line`: file name > title >
 headings, cut to the spec's context tokens) and its text; the store keeps the clean text and the
 context as fields of their own.

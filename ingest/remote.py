@@ -53,8 +53,7 @@ from typing import Any, Iterator
 
 from ingest.files import FileRef, Outcome
 from ingest.loaders import LoaderError
-from ingest.scan import CANNOT_LIST, printable
-from ingest.store import SOURCE_MAX
+from ingest.scan import CANNOT_LIST, printable, too_long
 
 FETCH_ENV = "_INGEST_FETCH_DIR"             # not INGEST_*: the Ray driver forwards those to its workers
 FETCH_PREFIX = "ingest-fetch-"
@@ -153,10 +152,8 @@ def _walk(fs: Any, root: str, folder: str, seq: Iterator[int]) -> Iterator[tuple
                 yield from _walk(fs, root, name, seq)
             continue
         ref = FileRef(next(seq), printable(name[len(root) + 1:]), fs.unstrip_protocol(name))
-        size = len(ref.source.encode())
-        if size > SOURCE_MAX:
-            yield ref, Outcome("failed", f"path is {size} bytes, too long for the store (at most {SOURCE_MAX}); "
-                                         "shorten the object's key")
+        if (long := too_long(ref.source, "the object's key")) is not None:
+            yield ref, long
         else:
             yield FileRef(ref.seq, ref.source, ref.path, int(info.get("size") or 0), _mtime_ns(info)), None
 

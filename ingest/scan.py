@@ -131,12 +131,18 @@ def unlisted(files: Iterable[tuple[FileRef, Outcome | None]]) -> list[str]:
             if problem is not None and (problem.error or "").startswith(CANNOT_LIST)]
 
 
+def too_long(source: str, what: str) -> Outcome | None:
+    """The failed Outcome of a source too long for the store's field, naming `what` to shorten; else None."""
+    size = len(source.encode())
+    if size <= SOURCE_MAX:
+        return None
+    return Outcome("failed", f"path is {size} bytes, too long for the store (at most {SOURCE_MAX}); shorten {what}")
+
+
 def _follow(ref: FileRef, follow_symlinks: str, inside: str, link: bool) -> tuple[FileRef, Outcome | None]:
     """`ref` stat'ed, with a followed link's target as its path; or its failed or skipped Outcome."""
-    size = len(ref.source.encode())
-    if size > SOURCE_MAX:
-        return ref, Outcome("failed", f"path is {size} bytes, too long for the store (at most {SOURCE_MAX}); "
-                                      "shorten the file's path or name")
+    if (long := too_long(ref.source, "the file's path or name")) is not None:
+        return ref, long
     try:
         st = os.stat(ref.path)
     except OSError as exc:

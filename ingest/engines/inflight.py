@@ -79,7 +79,10 @@ class Ranged:
                 last = part
                 continue
             self.in_flight.loaded(seq, part.chunk_count)
-            feed(part) if seq == head else self.held.setdefault(seq, []).append(part)
+            if seq == head:
+                feed(part)
+            else:
+                self.held.setdefault(seq, []).append(part)
         return last
 
     def released(self, seq: int) -> list[Finished]:

@@ -3,6 +3,7 @@ server on loopback (`milvus-lite server`): the same rows as the local engine, th
 semantics, and faults that cost a file, an actor's batch or a rerun, never rows."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -143,3 +144,19 @@ def test_a_milvus_lite_file_cannot_be_written_from_a_cluster(work: Path) -> None
     res = ingest("run", "docs", "--store", "lite.db", cwd=work, config=ray_config("auto"))
     assert res.rc == 2 and res.stderr.strip().count("\n") == 0, res.stderr
     assert "Milvus Lite file" in res.stderr and "server URI" in res.stderr
+
+
+def test_sigterm_stops_a_run_that_started_its_own_ray_with_a_report(milvus_uri: str, work: Path) -> None:
+    """ray.init of a local Ray installs a SIGTERM handler that exits 1: the run's own comes back."""
+    many_texts(work / "docs", 16, ext="slowtxt")
+    config = '[loaders]\nplugins = ["fault_loaders"]\n' + NULL + '[run]\nengine = "ray"\n[ray]\ncpus = 3\n'
+    driver = _start(work, "ray_sigterm", milvus_uri, config, INGEST_TEST_SLOW_S="1")
+    deadline = time.monotonic() + 240
+    while not server_rows(milvus_uri, "ray_sigterm") and time.monotonic() < deadline and driver.poll() is None:
+        time.sleep(0.3)
+    assert driver.poll() is None, driver.communicate()
+    driver.send_signal(signal.SIGTERM)
+    out, err = driver.communicate(timeout=120)
+    assert driver.returncode == 143, err
+    totals = json.loads((work / "report.json").read_text())["totals"]
+    assert totals["signal"] == "SIGTERM" and totals["interrupted"] and totals["exit_code"] == 143, totals

@@ -31,6 +31,7 @@ import math
 import os
 import pickle
 import queue
+import signal
 import sys
 import threading
 import time
@@ -44,6 +45,7 @@ from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
 from ingest.loaders import pool_for
 from ingest.engines.ray_stages import EncodeParts, LoadSettings, PartAck, WriteParts, dumps, load_files
 from ingest.engines.local import Run, RunError
+from ingest.engines.stop import SIGNALS
 from ingest.store import StoreError, is_local
 from ingest.workers.limits import usable_cores
 from ingest.write import FLUSH_EVERY_S, FLUSH_FILES, FLUSH_ROWS, Ledger
@@ -233,13 +235,22 @@ class RayRun(Run):
         kwargs: dict[str, Any] = dict(runtime_env={"env_vars": env}, log_to_driver=False,
                                       logging_level=logging.ERROR, configure_logging=True)
         if r["address"]:
-            ray.init(address=r["address"], **kwargs)
+            kwargs["address"] = r["address"]
         else:
             # The actors' CPUs are counted on top of the cores, so load tasks always have CPUs to run on.
             actors = 1 if r["encode_actors"] == "auto" else r["encode_actors"]
             cpus = r["cpus"] or math.ceil(usable_cores() + r["encode_cpus"] * actors + r["writer_cpus"] * r["writers"])
-            ray.init(address="local", num_cpus=cpus, include_dashboard=False, object_store_memory=r["object_store_mb"] * 2 ** 20,
-                     **kwargs)
+            kwargs.update(address="local", num_cpus=cpus, include_dashboard=False,
+                          object_store_memory=r["object_store_mb"] * 2 ** 20)
+        # A Ray started here installs its own SIGTERM handler (kill Ray, exit 1): the run's stop handlers
+        # (ingest/engines/stop.py) come back, so SIGTERM still writes the report and exits 143; close() stops Ray.
+        handlers = {s: signal.getsignal(s) for s in SIGNALS}
+        try:
+            ray.init(**kwargs)
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                for s, handler in handlers.items():
+                    signal.signal(s, handler)
         logging.getLogger("ray").setLevel(logging.ERROR)
         logging.getLogger("ray.data").setLevel(logging.ERROR)
 

@@ -1,4 +1,5 @@
-"""The `ingest` command line: `ingest run FOLDER`, `ingest search TEXT` and `ingest eval QUESTIONS.jsonl`.
+"""The `ingest` command line: `ingest run PATH...`, `ingest search TEXT`, `ingest status`, `ingest watch FOLDER`
+and `ingest eval QUESTIONS.jsonl`.
 
 Exit codes of `ingest run`: 0 every supported file was ingested (or unchanged; unsupported
 files are skipped), 1 at least one file failed, 2 the run could not start or stopped on an
@@ -24,17 +25,22 @@ SEARCH_MODES = ("dense", "bm25", "hybrid")     # ingest.store.MODES, without imp
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ingest", description="Documents -> chunks -> embeddings -> Milvus.")
+    p.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     sub = p.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", help="config.toml to use (default: ./config.toml if present)")
     common.add_argument("--store", help="store URI: a Milvus Lite file (./ingest.db) or http://host:19530")
     common.add_argument("--collection", help="collection name")
     common.add_argument("--model", help="model name or local path")
-    run = sub.add_parser("run", parents=[common], help="ingest a folder")
-    run.add_argument("folder", type=_folder, help="a folder, or a URL of one in object storage (s3://bucket/prefix)")
+    run = sub.add_parser("run", parents=[common], help="ingest files and folders")
+    run.add_argument("paths", nargs="+", type=_path, metavar="PATH",
+                     help="files and folders (each file's name in the store is its path from the deepest folder "
+                          "holding them all), or one URL of a folder in object storage (s3://bucket/prefix)")
     run.add_argument("--report", type=Path, help="per-file JSON report (default: next to the store)")
     run.add_argument("--quiet", action="store_true", help="no progress bars or summary")
-    run.add_argument("--prune", action="store_true", help="remove chunks of files that no longer exist")
+    run.add_argument("--json", action="store_true", help="at the end, print the report's totals as one JSON object")
+    run.add_argument("--prune", action="store_true",
+                     help="remove chunks of files that no longer exist (under the PATHs)")
     run.add_argument("--reembed", action="store_true",
                      help="drop the collection and re-embed everything (after a model or chunking change)")
     run.add_argument("--backend", choices=BACKEND_CHOICES,
@@ -48,6 +54,14 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--json", action="store_true", help="print a JSON list of hits")
     search.add_argument("--mode", choices=SEARCH_MODES,
                         help="dense (embeddings; the default), bm25 (words) or hybrid (both, rank-fused)")
+    status = sub.add_parser("status", parents=[common], help="what the store holds and how its last run went")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    watch = sub.add_parser("watch", parents=[common], help="keep the store in sync with a folder")
+    watch.add_argument("folder", type=Path, help="the folder to watch")
+    watch.add_argument("--report", type=Path, help="per-file JSON report of each sync (default: next to the store)")
+    watch.add_argument("--quiet", action="store_true", help="no progress bars or summaries")
+    watch.add_argument("--debounce", type=float, default=2.0, metavar="SECONDS",
+                       help="a changed file is ingested once it has not changed for this long (default 2)")
     ev = sub.add_parser("eval", parents=[common], help="score search against questions with known sources and pages")
     ev.add_argument("questions", type=Path, help="JSONL: question, source, optional pages (1-based) per line")
     ev.add_argument("-k", type=int, default=10, help="also report hit@k (always @5 and @10; default 10)")
@@ -56,8 +70,21 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _folder(arg: str) -> Path | str:
-    """`ingest run`'s FOLDER: a local path, or a URL (kept as given: ingest/remote.py)."""
+class _Version(argparse.Action):
+    """--version: `ingest <version>` from the installed package's metadata (read only when asked: 30 ms)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"ingest {version('ingest')}")
+        except PackageNotFoundError:
+            print("ingest (version unknown: not installed; pip install -e .)")
+        parser.exit()
+
+
+def _path(arg: str) -> Path | str:
+    """A PATH of `ingest run`: a local file or folder, or a URL (kept as given: ingest/remote.py)."""
     from ingest import remote
 
     return arg if remote.is_url(arg) else Path(arg)
@@ -81,29 +108,33 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 def _run(args: argparse.Namespace) -> int:
     from ingest import remote
     from ingest.config import ConfigError
-    from ingest.engines.local import Run
+    from ingest.engines import engine_for
+    from ingest.engines.local import RunError
 
-    cfg = None
+    cfg, paths = None, args.paths
     try:
-        if isinstance(args.folder, str):
-            if error := remote.unreadable(args.folder):
+        if urls := [p for p in paths if isinstance(p, str)]:
+            if len(paths) > 1:
+                raise _UserError(f"{urls[0]} is a URL, which is ingested alone; run ingest once for it and once "
+                                 "for the other paths")
+            if error := remote.unreadable(urls[0]):
                 raise _UserError(error)
-        elif not args.folder.is_dir():
-            raise _UserError(f"folder {args.folder} not found; pass an existing folder to ingest")
+        elif missing := [p for p in paths if not os.path.lexists(p)]:
+            raise _UserError(f"{missing[0]} not found; pass existing files or folders to ingest")
         cfg = _config(args)
-        engine = Run
-        if cfg["run"]["engine"] == "ray":
-            try:
-                from ingest.engines.ray_driver import RayRun as engine
-            except ImportError as exc:
-                raise _UserError(f"the Ray engine needs Ray ({exc}); install it with pip install -e '.[ray]'") from None
-    except (ConfigError, _UserError) as exc:
+        engine = engine_for(cfg)
+    except (ConfigError, RunError, _UserError) as exc:
         unwritten = _report_unstarted(args, cfg, str(exc))
         if unwritten:
             raise _UserError(f"{exc}{unwritten}") from None
         raise
-    return engine(cfg, args.folder, quiet=args.quiet, prune=args.prune, reembed=args.reembed,
-                  report_path=args.report).execute()
+    run = engine(cfg, urls[0] if urls else paths, quiet=args.quiet, prune=args.prune, reembed=args.reembed,
+                 report_path=args.report)
+    try:
+        return run.execute()
+    finally:
+        if args.json and run.totals is not None:       # a run that could not start has none: its one line says why
+            print(json.dumps(run.totals, ensure_ascii=False))
 
 
 def _report_unstarted(args: argparse.Namespace, cfg: dict[str, Any] | None, error: str) -> str:
@@ -158,6 +189,20 @@ def _search(args: argparse.Namespace) -> int:
     if not hits:
         print("no hits", file=sys.stderr)
     return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from ingest.status import status
+
+    return status(_config(args), as_json=args.json)
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from ingest.watch import watch
+
+    if not args.folder.is_dir():
+        raise _UserError(f"folder {args.folder} not found; pass an existing folder to watch")
+    return watch(_config(args), args.folder, quiet=args.quiet, report_path=args.report, debounce_s=args.debounce)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -226,7 +271,7 @@ def _main(argv: list[str] | None) -> int:
     from ingest.store import StoreError
 
     errors: tuple[type[Exception], ...] = (ConfigError, StoreError, ModelNotFound, BackendError, _UserError)
-    if args.command == "run":
+    if args.command in ("run", "watch"):
         from ingest.engines.local import RunError      # not for search: ingest.engines.local's imports cost time
 
         errors += (RunError,)
@@ -235,7 +280,7 @@ def _main(argv: list[str] | None) -> int:
 
         errors += (EvalError,)
     try:
-        return {"run": _run, "search": _search, "eval": _eval}[args.command](args)
+        return {"run": _run, "search": _search, "eval": _eval, "status": _status, "watch": _watch}[args.command](args)
     except errors as exc:
         print(f"ingest: error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -7,7 +7,8 @@ are written in file order, then chunk order. The pool is started in the backgrou
 first file is sent to a loader, so its start-up overlaps loading, and never on a rerun that
 has nothing to encode. A file is encoded in groups of GROUP_CHUNKS, so memory stays flat; a big
 file comes in parts (ingest/files.py), and once every group of a part but the file's last is with
-the writer, `on_part` tells the dispatcher (the writer's own `on_accepted` tells of the last).
+the writer, `on_part` tells the dispatcher (the writer's own `on_accepted` tells of the last). The
+pool's busy seconds go on the run's timeline, and each file's share into its outcome's times.
 
 NOTE (stopping): a file with chunks waits in `_groups` until the pool's first worker is up, and
 that wait ends when the run stops: the file, and every file after it, then passes to the writer
@@ -28,6 +29,7 @@ import numpy as np
 
 from ingest.files import INTERRUPTED, Finished, Row
 from ingest.model_ref import ModelRef
+from ingest.timeline import Meter, Timeline
 from ingest.workers.encode import WINDOW_MAX, WINDOW_MIN, Pretokenized
 from ingest.write import Writer
 
@@ -54,12 +56,14 @@ class Part:
 class EncodeStage:
     def __init__(self, model: ModelRef, settings: dict[str, Any], writer: Writer,
                  on_error: Callable[[BaseException], None], stopping: threading.Event,
-                 on_part: Callable[[Finished], None] = lambda part: None):
+                 on_part: Callable[[Finished], None] = lambda part: None, timeline: Timeline | None = None):
         self.model, self.settings, self.writer = model, settings, writer
         self.on_error, self.stopping, self.on_part = on_error, stopping, on_part
         self.feed: queue.Queue[Finished | None] = queue.Queue()
         self.closed = threading.Event()
         self.stats: dict[str, float] = {}
+        self._meter = Meter(timeline or Timeline(), "encode")
+        self._encode_s: dict[int, float] = {}    # file seq -> its groups' seconds so far
         self._pool: Future | None = None     # the EncodePool, once made
         self._up: Future | None = None       # done once its first worker is up (or it cannot start)
         self._window: int | None = None      # the pool's, once its first worker is up
@@ -116,7 +120,8 @@ class EncodeStage:
                         if failures and np.isnan(vectors).any():
                             self.writer.fail(p.file, chunk_failure_text(failures, offset, p.start, len(p.chunks)))
                         offset += len(p.chunks)
-                        self._add(p, vectors)
+                        stats = pool.stats
+                        self._add(p, vectors, self._meter.charge(stats["encode_s"], stats["chunks"], len(p.chunks)))
                     self.stats = dict(pool.stats)
                     break
                 self._add(part, empty)
@@ -124,10 +129,21 @@ class EncodeStage:
         except BaseException as exc:
             self.on_error(exc)
 
-    def _add(self, part: Part, vectors: np.ndarray) -> None:
-        self.writer.add(part.file, part.start, part.chunks, vectors, part.last)
+    def _add(self, part: Part, vectors: np.ndarray, seconds: float = 0.0) -> None:
+        """Hand a group to the writer; the file's last carries the seconds its groups took to encode."""
+        file, seq = part.file, part.file.ref.seq
+        self._encode_s[seq] = self._encode_s.get(seq, 0.0) + seconds
+        if part.last:
+            file = replace(file, outcome=file.outcome.plus(encode=self._encode_s.pop(seq)))
+        self.writer.add(file, part.start, part.chunks, vectors, part.last)
         if part.end and not part.file.last:
             self.on_part(part.file)
+
+    @property
+    def workers(self) -> int:
+        """The encode pool's workers (0 if it was never made)."""
+        made = self._pool is not None and self._pool.done() and not self._pool.exception()
+        return len(self._pool.result().worker_pids) if made else 0
 
     def close(self) -> None:
         self.closed.set()

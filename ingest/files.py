@@ -9,7 +9,7 @@ and only the `last` carries the file's outcome (the others' say "ingested" and t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -43,14 +43,51 @@ class FileRef:
 
 
 @dataclass(frozen=True)
+class Times:
+    """Seconds each stage worked on a file, summed over processes (encode and write: its chunks' share of
+    their batches)."""
+    load: float = 0.0
+    ocr: float = 0.0
+    chunk: float = 0.0
+    encode: float = 0.0
+    write: float = 0.0
+
+    def __add__(self, other: Times) -> Times:
+        return Times(*(a + b for a, b in zip(astuple(self), astuple(other))))
+
+    def items(self) -> list[tuple[str, float]]:
+        return [(f.name, getattr(self, f.name)) for f in fields(self)]
+
+    @property
+    def total(self) -> float:
+        return sum(astuple(self))
+
+    @property
+    def loader_side(self) -> float:
+        """Loading, OCR and chunking: the loader and OCR workers' seconds."""
+        return self.load + self.ocr + self.chunk
+
+
+STAGES = tuple(f.name for f in fields(Times))
+
+
+@dataclass(frozen=True)
 class Outcome:
-    status: str                        # ingested | unchanged | skipped | failed
+    status: str                        # ingested | empty (no text: error says why) | unchanged | skipped | failed
     error: str | None = None
     chunks: int = 0
     ocr_pages: int = 0
     warnings: tuple[str, ...] = ()
-    seconds: float = 0.0               # loading and OCR, summed over processes
+    times: Times = Times()             # per stage
     junk: int = 0                      # chunks skipped as non-language text (base64, hex, binary)
+
+    @property
+    def seconds(self) -> float:
+        return self.times.total
+
+    def plus(self, **seconds: float) -> Outcome:
+        """This outcome with `seconds` (per stage) added to its times."""
+        return replace(self, times=self.times + Times(**seconds))
 
 
 @dataclass(frozen=True)

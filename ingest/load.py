@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 from ingest import remote
 from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, section_chunks
 from ingest.config import ConfigError
-from ingest.files import FileRef, Finished, Outcome
+from ingest.files import FileRef, Finished, Outcome, Times
 from ingest.store.manifest import Entry
 from ingest.sections import Doc, Outline, document_title, page_sections
 from ingest.sniff import sniff
@@ -51,7 +51,7 @@ from ingest.workers.limits import limit_memory
 from ingest.workers.pool import Pools
 
 if TYPE_CHECKING:
-    from ingest.ocr import OcrDone
+    from ingest.ocr import OcrDone, OcrFailed
 
 LEGACY_FORMATS = ("doc", "ppt")      # converted by LibreOffice first: their timeout adds the conversion's
 RANGE_BYTES = int(os.environ.get("INGEST_RANGE_BYTES", 1 << 20))   # a bigger text file is loaded by byte range
@@ -91,6 +91,11 @@ class Loaded:
     unchanged: bool = False
     ranges: tuple[Range, ...] = ()     # the file's other parts, for range tasks (from its first task)
     doc: Doc | None = None
+    chunk_s: float = 0.0               # of `seconds`, chunking (the rest: loading)
+
+    @property
+    def times(self) -> Times:
+        return Times(load=self.seconds - self.chunk_s, chunk=self.chunk_s)
 
 
 # -- in the loader worker ------------------------------------------------------------------
@@ -134,13 +139,13 @@ def load_file(task: LoadTask) -> Loaded | Failure:
     try:
         task = replace(task, path=remote.local_copy(task.path)[0])   # a URL's object: fetched once per file
         if task.range is not None:
-            pages, ocr, _ = _chunked(task, _range_pages(task, task.range), task.doc, task.range.headings)
-            return Loaded("", pages, ocr, time.perf_counter() - start)
+            pages, ocr, _, chunk_s = _chunked(task, _range_pages(task, task.range), task.doc, task.range.headings)
+            return Loaded("", pages, ocr, time.perf_counter() - start, chunk_s=chunk_s)
         digest, first, rest = _first_part(task)
         if digest == task.known_hash:
             return Loaded(digest, (), (), time.perf_counter() - start, unchanged=True)
-        pages, ocr, doc = _chunked(task, first, None, ())
-        return Loaded(digest, pages, ocr, time.perf_counter() - start, ranges=rest(), doc=doc)
+        pages, ocr, doc, chunk_s = _chunked(task, first, None, ())
+        return Loaded(digest, pages, ocr, time.perf_counter() - start, ranges=rest(), doc=doc, chunk_s=chunk_s)
     except Exception as exc:
         return task_failure(f"{task.fmt} loader", exc)
 
@@ -191,20 +196,24 @@ def _range_pages(task: LoadTask, part: Range) -> Iterable[Page]:
 
 
 def _chunked(task: LoadTask, pages: Iterable[Page], doc: Doc | None, headings: tuple[tuple[int, str], ...]
-             ) -> tuple[tuple[PageChunks, ...], tuple[tuple[int, tuple[str, ...]], ...], Doc]:
-    """The pages' sections chunked, the pages to OCR, and the file's Doc (made from its first page)."""
+             ) -> tuple[tuple[PageChunks, ...], tuple[tuple[int, tuple[str, ...]], ...], Doc, float]:
+    """The pages' sections chunked, the pages to OCR, the file's Doc (made from its first page), and the
+    seconds spent chunking (the pages load lazily, in between)."""
     outline = Outline()
     for level, text in headings:
         outline.push(level, text)
     chunks: list[PageChunks] = []
     ocr = []
+    chunk_s = 0.0
     for page in pages:
         doc = doc or Doc(task.source, document_title(page, task.source))
         if page.needs_ocr:
             ocr.append((page.number, outline.path))
         else:
+            start = time.perf_counter()
             chunks.extend(section_chunks(s, task.spec, doc) for s in page_sections(page, outline))
-    return tuple(chunks), tuple(ocr), doc or Doc(task.source, document_title(Page(None, ""), task.source))
+            chunk_s += time.perf_counter() - start
+    return tuple(chunks), tuple(ocr), doc or Doc(task.source, document_title(Page(None, ""), task.source)), chunk_s
 
 
 def task_failure(where: str, exc: BaseException) -> Failure:
@@ -276,14 +285,14 @@ def after_load(ref: FileRef, result: Loaded | Failure, old_hash: str | None,
     if isinstance(result, Failure):
         return Finished(ref, Outcome("skipped" if result.skip else "failed", failure_text(result)))
     if result.unchanged:
-        outcome = Outcome("unchanged", chunks=known_chunks, seconds=result.seconds)
+        outcome = Outcome("unchanged", chunks=known_chunks, times=result.times)
         return Finished(replace(ref, file_hash=result.file_hash), outcome, record=True)
     return Pages(ref, result, old_hash)
 
 
 class _Part:
     def __init__(self, loaded: Loaded):       # one part of a loaded file; OCR pages it waits for: pending
-        self.pages, self.pending, self.seconds = list(loaded.pages), {p for p, _ in loaded.ocr_pages}, loaded.seconds
+        self.pages, self.pending, self.times = list(loaded.pages), {p for p, _ in loaded.ocr_pages}, loaded.times
 
 
 class Pages:
@@ -298,7 +307,7 @@ class Pages:
         self.total = 1 + len(loaded.ranges)
         self.parts: dict[int, _Part] = {0: _Part(loaded)}
         self.next, self.start = 0, 0             # the next part to hand on; chunks handed on
-        self.ocr_pages, self.seconds, self.cut, self.junk = len(loaded.ocr_pages), 0.0, 0, 0
+        self.ocr_pages, self.times, self.cut, self.junk = len(loaded.ocr_pages), Times(), 0, 0
         self.warnings: list[str] = list(ref.warnings)
         self.ocr_failures: list[str] = []
         self.failure: str | None = None
@@ -319,13 +328,13 @@ class Pages:
         self.parts[part] = _Part(result)
         self.ocr_pages += len(result.ocr_pages)
 
-    def add_ocr(self, part: int, page: int, result: OcrDone | Failure) -> None:
+    def add_ocr(self, part: int, page: int, result: OcrDone | OcrFailed) -> None:
         state = self.parts[part]
-        if isinstance(result, Failure):
-            self.ocr_failures.append(f"page {page}: OCR failed: {failure_text(result)}")
+        state.times += result.times
+        if result.failure is not None:
+            self.ocr_failures.append(f"page {page}: OCR failed: {failure_text(result.failure)}")
             self.warnings.append(self.ocr_failures[-1])
         else:
-            state.seconds += result.seconds
             state.pages.extend(result.pages)
         state.pending.discard(page)
 
@@ -341,7 +350,7 @@ class Pages:
             del self.parts[self.next]
             self.next += 1
             pages = tuple(sorted(part.pages, key=lambda p: (-1 if p.page is None else p.page, p.segment)))
-            self.seconds += part.seconds
+            self.times += part.times
             self.cut += sum(p.cut for p in pages)
             self.junk += sum(p.junk for p in pages)
             chunks = sum(len(p.chunks) for p in pages)
@@ -354,7 +363,8 @@ class Pages:
         return out
 
     def _last(self, pages: tuple[PageChunks, ...], chunks: int) -> Finished:
-        """The file's last part: ingested, or failed when OCR gave nothing."""
+        """The file's last part: ingested; empty when it has no text (recorded all the same), failed when OCR
+        failed and gave nothing."""
         chunks += self.start
         self.warnings += [f"{self.cut} chunk(s) longer than the store's {MAX_CHUNK_BYTES:,}-byte text field "
                           "(text without spaces?) were cut into pieces"] if self.cut else []
@@ -362,15 +372,21 @@ class Pages:
                           "not embedded"] if self.junk else []
         if chunks == 0 and self.ocr_failures:
             return self.fail(self.ocr_failures[0])
-        if chunks == 0 and not self.junk:
-            self.warnings.append("no text found")
         self.ended = True
-        outcome = Outcome("ingested", None, chunks, self.ocr_pages, tuple(self.warnings), self.seconds, self.junk)
+        outcome = Outcome("ingested" if chunks else "empty", None if chunks else self._no_text(), chunks,
+                          self.ocr_pages, tuple(self.warnings), self.times, self.junk)
         return Finished(self.ref, outcome, pages, self.old_hash, record=True, start=self.start)
 
     def fail(self, error: str) -> Finished:
         """The file's last part as a failure: rows of its parts handed on are removed, its last good version
         stays (ingest/write.py)."""
         self.ended = True
-        outcome = Outcome("failed", error, ocr_pages=self.ocr_pages, warnings=tuple(self.warnings), seconds=self.seconds)
+        outcome = Outcome("failed", error, ocr_pages=self.ocr_pages, warnings=tuple(self.warnings), times=self.times)
         return Finished(self.ref, outcome, (), self.old_hash, start=self.start)
+
+    def _no_text(self) -> str:
+        """Why a file without chunks has none."""
+        if self.junk:
+            return f"all {self.junk} chunks were skipped as non-language junk"
+        n = self.ocr_pages
+        return f"no text found on {n} OCRed page{'s' if n > 1 else ''}" if n else "no text found"

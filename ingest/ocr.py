@@ -2,7 +2,9 @@
 spreads over every OCR worker and text files never wait behind scans. In the worker,
 `ocr_page` renders and recognizes the page (ingest.loaders.ocr), then chunks its text (with
 the chunks' token ids); the pages come back to the file's `ingest.load.Pages`, which puts
-them in page order.
+them in page order. A page that fails (an error, a crash, its timeout) comes back as OcrFailed,
+with the seconds it cost: the time from its submission, at most the pool's timeout (which pebble
+counts from the moment a worker takes the page; a timed-out page cost exactly that).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from ingest import remote
 from ingest.chunk import ChunkSpec, PageChunks, section_chunks
+from ingest.files import Times
 from ingest.load import task_failure
 from ingest.sections import Doc, Outline, page_sections
 from ingest.loaders import OcrOptions
@@ -36,6 +39,22 @@ class OcrTask:
 class OcrDone:
     pages: tuple[PageChunks, ...]   # the page's sections, chunked
     seconds: float
+    chunk_s: float = 0.0            # of `seconds`, chunking (the rest: rendering and recognizing)
+    failure: None = None            # (an OcrFailed's is its Failure)
+
+    @property
+    def times(self) -> Times:
+        return Times(ocr=self.seconds - self.chunk_s, chunk=self.chunk_s)
+
+
+@dataclass(frozen=True)
+class OcrFailed:
+    failure: Failure
+    seconds: float                  # what the page cost (module docstring)
+
+    @property
+    def times(self) -> Times:
+        return Times(ocr=self.seconds)
 
 
 def ocr_page(task: OcrTask) -> OcrDone | Failure:
@@ -45,14 +64,31 @@ def ocr_page(task: OcrTask) -> OcrDone | Failure:
     start = time.perf_counter()
     try:
         page = recognize(Path(remote.local_copy(task.path)[0]), task.page, task.options)   # no new fetch
+        recognized = time.perf_counter()
         sections = page_sections(page, Outline(task.headings))
-        return OcrDone(tuple(section_chunks(s, task.spec, task.doc) for s in sections), time.perf_counter() - start)
+        chunks = tuple(section_chunks(s, task.spec, task.doc) for s in sections)
+        end = time.perf_counter()
+        return OcrDone(chunks, end - start, end - recognized)
     except Exception as exc:
         return task_failure(f"OCR of page {task.page}", exc)
 
 
 def fan_out(pools: Pools, path: str, pages: tuple[tuple[int, tuple[str, ...]], ...], options: OcrOptions,
-            spec: ChunkSpec, doc: Doc) -> list[tuple[int, Future]]:
-    """One OCR task per (page, its heading path): (page, Future of OcrDone or Failure)."""
-    return [(page, pools.submit(POOL, ocr_page, OcrTask(path, page, options, spec, doc, headings)))
+            spec: ChunkSpec, doc: Doc, timeout_s: float) -> list[tuple[int, Future]]:
+    """One OCR task per (page, its heading path) in the OCR pool, whose tasks have `timeout_s`: (page, Future
+    of OcrDone or OcrFailed)."""
+    return [(page, _timed(pools.submit(POOL, ocr_page, OcrTask(path, page, options, spec, doc, headings)), timeout_s))
             for page, headings in pages]
+
+
+def _timed(task: Future, timeout_s: float) -> Future:
+    """`task`'s OcrDone, or its Failure as OcrFailed with the seconds it cost (module docstring)."""
+    out: Future = Future()
+    submitted = time.perf_counter()
+
+    def done(f: Future) -> None:
+        result = f.result()
+        out.set_result(OcrFailed(result, min(time.perf_counter() - submitted, timeout_s))
+                       if isinstance(result, Failure) else result)
+    task.add_done_callback(done)
+    return out

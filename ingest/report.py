@@ -5,6 +5,8 @@ to a spool beside the report (`<report>.files.jsonl`, one JSON object a line, in
 within SPOOL_FLUSH_S) and only counters stay in memory. At the end `Tally.write` assembles the report from the
 spool (a JSON object: "files", one entry a line, and "totals"), writes it atomically and removes
 the spool. A run killed before its report leaves the spool: the lines of the files that ended.
+The HTML page (ingest/html_report.py) is written right after, from the same lines, which its
+bounded `Digest` took in as they were spooled.
 """
 from __future__ import annotations
 
@@ -13,11 +15,16 @@ import os
 import time
 from collections import Counter
 from pathlib import Path
-from typing import IO, Any, Iterable
+from typing import IO, TYPE_CHECKING, Any, Iterable
 
+from ingest import html_report
 from ingest.files import Finished
 from ingest.scan import unlisted
 from ingest.store import is_local
+
+if TYPE_CHECKING:
+    from ingest.encode import EncodeStage
+    from ingest.write import Writer
 
 SPOOL_FLUSH_S = 0.5          # a settled file's line reaches the spool file within this (one write, not one a file)
 _ENCODE = json.JSONEncoder(ensure_ascii=False).encode
@@ -28,9 +35,13 @@ def default_report_path(uri: str) -> Path:
 
 
 def file_entry(file: Finished) -> dict[str, Any]:
+    """A file's report line; `stages`: the seconds each stage worked on it, which `seconds` sums."""
     o = file.outcome
+    stages = {stage: round(s, 3) for stage, s in o.times.items() if round(s, 3)}
     entry: dict[str, Any] = {"path": file.ref.source, "status": o.status, "format": file.ref.fmt or None,
-                             "chunks": o.chunks, "seconds": round(o.seconds, 3)}
+                             "chunks": o.chunks, "seconds": round(sum(stages.values()), 3)}
+    if stages:
+        entry["stages"] = stages
     if o.error:
         entry["error"] = o.error
     if o.ocr_pages:
@@ -53,7 +64,8 @@ class Tally:
         self.by_status: Counter[str] = Counter()
         self.by_format: Counter[str] = Counter()
         self.files = self.chunks = self.junk = 0
-        self.load_s = 0.0                    # loading seconds of the ingested files
+        self.load_s = 0.0                    # loading, OCR and chunking seconds of the ingested files
+        self.digest = html_report.Digest()
         self._out: IO[str] | None = None
         self._flushed = 0.0
 
@@ -61,7 +73,9 @@ class Tally:
         if self._out is None:
             self.spool.parent.mkdir(parents=True, exist_ok=True)
             self._out = open(self.spool, "w", encoding="utf-8")
-        self._out.write(_ENCODE(file_entry(file)) + "\n")
+        entry = file_entry(file)
+        self._out.write(_ENCODE(entry) + "\n")
+        self.digest.add(entry)
         if (now := time.monotonic()) - self._flushed > SPOOL_FLUSH_S:
             self._out.flush()
             self._flushed = now
@@ -74,17 +88,18 @@ class Tally:
         self.junk += o.junk
         if o.status == "ingested":
             self.chunks += o.chunks
-            self.load_s += o.seconds
+            self.load_s += o.times.loader_side
 
-    def rates(self, busy_s: dict[str, float | None], write: tuple[int, float]) -> dict[str, float]:
-        """Chunks per second: loading (its seconds summed over processes), each stage of `busy_s` (seconds
-        busy), writing (`write`: rows, seconds busy)."""
+    def rates(self, stage: EncodeStage | None, writer: Writer | None) -> dict[str, float]:
+        """Chunks per second: loading (its seconds summed over processes), tokenizing and encoding (the encode
+        pool's busy seconds), writing (rows per busy second of the writer)."""
         if not self.chunks:
             return {}
         rates = {"load": self.chunks / self.load_s} if self.load_s else {}
-        rates.update((stage, self.chunks / secs) for stage, secs in busy_s.items() if secs)
-        if write[1]:
-            rates["write"] = write[0] / write[1]
+        stats = stage.stats if stage is not None else {}
+        rates.update((s, self.chunks / stats[f"{s}_s"]) for s in ("tokenize", "encode") if stats.get(f"{s}_s"))
+        if writer is not None and writer.seconds:
+            rates["write"] = writer.rows_written / writer.seconds
         return rates
 
     def totals(self, seconds: float, stages: dict[str, float], extra: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +108,7 @@ class Tally:
                 "chunks_per_s": {k: round(v, 1) for k, v in stages.items()}, **extra}
 
     def write(self, totals: dict[str, Any]) -> None:
-        """The report from the spool, written atomically; then the spool goes."""
+        """The report from the spool, written atomically, then its HTML page; then the spool goes."""
         if self._out is not None:
             self._out.close()
         path = self.report_path
@@ -108,6 +123,7 @@ class Tally:
             out.write('\n ],\n "totals": ' if self.files else '],\n "totals": ')
             out.write(json.dumps(totals, indent=1, ensure_ascii=False).replace("\n", "\n ") + "\n}")
         os.replace(tmp, path)
+        html_report.write(html_report.html_path(path), totals, self.digest)
         if self._out is not None:
             self.spool.unlink(missing_ok=True)
 

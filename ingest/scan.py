@@ -3,13 +3,18 @@
 
 A file's `source` (its manifest key, its name in the store and the report) is its relative path in
 printable form, so any name the file system allows can be stored; its `path` is what is opened.
+
+Several PATHs (`ingest run docs/a.pdf other/`): the walk starts at their ROOT, the deepest folder holding
+every one (`common_root`), and goes only into the named entries, so a file's source is its path from
+ROOT and `ingest run docs/a.pdf` names it `a.pdf` as `ingest run docs/` does.
 """
 from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 from ingest.files import FileRef, Outcome
 from ingest.store import SOURCE_MAX
@@ -45,7 +50,8 @@ def printable(rel: str) -> str:
     return "".join(out)
 
 
-def scan(root: Path, follow_symlinks: str) -> Iterator[tuple[FileRef, Outcome | None]]:
+def scan(root: Path, follow_symlinks: str,
+         named: Iterable[str] | None = None) -> Iterator[tuple[FileRef, Outcome | None]]:
     """(FileRef, None) for every file under `root`, lazily, directory by directory; a file that cannot be
     listed, stat'ed or followed, or is not to be followed, comes with its failed or skipped Outcome instead.
 
@@ -54,19 +60,20 @@ def scan(root: Path, follow_symlinks: str) -> Iterator[tuple[FileRef, Outcome | 
     at once whatever the folder's size (only one directory's names are held per level).
     `follow_symlinks` ([run] follow_symlinks): "inside" follows a link to a file only when its
     target lies inside `root`, "all" follows every one, "none" none. A followed link's `path` is its
-    resolved target. Links to folders are never followed.
+    resolved target. Links to folders are never followed. `named` (paths relative to `root`, "/"-joined, as
+    `common_root` gives them): only those files and folders, in the same order; None: all of `root`.
     """
     inside = os.path.realpath(root)
     seq = 0
-    stack = [iter(_listing(str(root), "."))]
+    stack = [iter(_listing(str(root), ".", _tree(named)))]
     while stack:
         entry = next(stack[-1], None)
         if entry is None:
             stack.pop()
             continue
-        full, source, kind, why = entry
+        full, source, kind, why, below = entry
         if kind == "dir":
-            stack.append(iter(_listing(full, source)))
+            stack.append(iter(_listing(full, source, below)))
             continue
         ref = FileRef(seq, source, full)
         seq += 1
@@ -80,18 +87,75 @@ def scan(root: Path, follow_symlinks: str) -> Iterator[tuple[FileRef, Outcome | 
             yield _follow(ref, follow_symlinks, inside, kind == "link")
 
 
-def _listing(folder: str, source: str) -> list[tuple[str, str, str, str]]:
-    """`folder`'s entries sorted by name, as (path, source, kind, ""): kind "dir", "dirlink" (a link to a
-    folder), "link" (to anything else, or broken) or "file"; or [(folder, source, "unlisted", why)] if it
-    cannot be listed to its end (then none of its entries: what it holds is unknown). `source` is the
-    folder's own ("." for the root)."""
+_Tree = dict[str, "_Tree | None"]         # the named entries of a folder: name -> those under it (None: all)
+_Entry = tuple[str, str, str, str, "_Tree | None"]
+
+
+def _listing(folder: str, source: str, only: _Tree | None = None) -> list[_Entry]:
+    """`folder`'s entries sorted by name, as (path, source, kind, "", only below it): kind "dir", "dirlink" (a
+    link to a folder), "link" (to anything else, or broken) or "file"; or [(folder, source, "unlisted", why,
+    None)] if it cannot be listed to its end (then none of its entries: what it holds is unknown). `source`
+    is the folder's own ("." for the root). `only`: just those entries (not listed: each is lstat'ed)."""
     try:
-        with os.scandir(folder) as it:
-            entries = sorted((e.name, e.path, _kind(e)) for e in it)
+        if only is None:
+            with os.scandir(folder) as it:
+                entries = sorted((e.name, e.path, _kind(e)) for e in it)
+        else:
+            paths = ((name, os.path.join(folder, name)) for name in sorted(only))
+            entries = [(name, path, kind) for name, path in paths if (kind := _lkind(path))]
     except OSError as exc:
-        return [(folder, source, "unlisted", exc.strerror or str(exc))]
+        return [(folder, source, "unlisted", exc.strerror or str(exc), None)]
     prefix = "" if source == "." else source + "/"
-    return [(path, prefix + printable(name), kind, "") for name, path, kind in entries]
+    return [(path, prefix + printable(name), kind, "", None if only is None else only[name])
+            for name, path, kind in entries]
+
+
+def _lkind(path: str) -> str:
+    """As `_kind`, of a path; "" if it is gone."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return ""
+    if stat.S_ISLNK(mode):
+        return "dirlink" if os.path.isdir(path) else "link"
+    return "dir" if stat.S_ISDIR(mode) else "file"
+
+
+def _tree(named: Iterable[str] | None) -> _Tree | None:
+    """The named paths as nested folders; a folder named itself keeps all it holds (None)."""
+    if named is None:
+        return None
+    tree: _Tree = {}
+    for rel in named:
+        node: _Tree | None = tree
+        *folders, last = rel.split("/")
+        for name in folders:
+            if (node := node.setdefault(name, {})) is None:      # a folder above is named: all of it already
+                break
+        else:
+            node[last] = None
+    return tree
+
+
+def common_root(paths: Path | Sequence[Path]) -> tuple[Path, list[str] | None]:
+    """ROOT, the deepest folder holding every path of `paths` (existing files and folders; a folder holds
+    itself, a file its parent folder), and the paths relative to it ("/"-joined), or None if ROOT is one of
+    them (all of it). Folders are resolved; a file's name is kept (a link stays a link for the scan)."""
+    paths = [paths] if isinstance(paths, Path) else paths
+    full = [(p.resolve(), True) if p.is_dir() else (p.parent.resolve() / p.name, False) for p in paths]
+    root = Path(os.path.commonpath([f if is_dir else f.parent for f, is_dir in full]))
+    if any(is_dir and f == root for f, is_dir in full):
+        return root, None
+    return root, sorted({f.relative_to(root).as_posix() for f, _ in full})
+
+
+def under(sources: Iterable[str], named: Iterable[str] | None) -> Iterable[str]:
+    """The `sources` at or below a path of `named` (as `scan` takes them); all of them if None."""
+    if named is None:
+        return sources
+    exact = {printable(n) for n in named}
+    below = tuple(n + "/" for n in exact)
+    return [s for s in sources if s in exact or s.startswith(below)]
 
 
 def _kind(entry: os.DirEntry) -> str:

@@ -25,6 +25,8 @@ process that dies costs a resubmit of its batch to a fresh one (the same ids aga
 (end of input) seals the rest and waits until the committer recorded everything; an error of
 the committer (StoreError) is raised by the next add, flush_if_due or flush, and stops the run;
 close() stops the committer after the commit under way (waiting up to twice the store's timeout).
+Each file's write seconds (its outcome's times): its rows' share of the batches' busy time, charged by
+rows as batches are answered, and its share of its commit's time, by chunks.
 
 NOTE (failures): a failure belongs to one file. A batch the store refuses (Refused) is
 retried file by file, and only the files whose own rows are refused fail; so does a file
@@ -52,8 +54,9 @@ from typing import Callable
 
 import numpy as np
 
-from ingest.files import Finished, Outcome
+from ingest.files import Finished
 from ingest.store.manifest import Entry, Manifest
+from ingest.timeline import BusyClock, Timeline, shares
 from ingest.store import Store, StoreError, is_local
 from ingest.workers.failure import Failure
 from ingest.store.writers import Ack, Batch, Batcher, Refused, Segment, Unreachable, WriterPool, answer_within
@@ -68,14 +71,17 @@ MAX_SEALED_FILES = 4 * FLUSH_FILES      # files sealed and not yet committed bef
 class Writer:
     def __init__(self, store: Store, manifest: Manifest, model: str, settings: str, batch_rows: int,
                  on_accepted: Callable[[Finished], None], on_written: Callable[[Finished], None], backend: str,
-                 writers: int = 1):
+                 writers: int = 1, timeline: Timeline | None = None):
         self.store = store
         self.model, self.batch_rows, self.backend = model, batch_rows, backend
         self.on_accepted, self.on_written = on_accepted, on_written
         self.processes = 1 if is_local(store.uri) else max(1, writers)    # Lite: one writer at a time
         self.ledger = Ledger(store, manifest, settings)     # ledger.files: the open group
         self.last_flush = time.monotonic()
-        self.seconds = 0.0                   # busy: batches in flight, or a commit's own calls
+        timeline = timeline or Timeline()
+        self._batches, self._commits = BusyClock(timeline, "write"), BusyClock(timeline, "write")   # busy time
+        self._charged = 0.0                  # the batches' busy time already charged to files
+        self._write_s: dict[str, float] = {}     # source -> its seconds so far, until its commit
         self.rows_written = 0
         self.first_row_at: float | None = None   # perf_counter of the store's first acknowledged rows
         self._rows_at_flush = 0
@@ -92,8 +98,11 @@ class Writer:
         self._committing = False
         self._committer: threading.Thread | None = None
         self._error: StoreError | None = None    # what stopped the committer: raised to the run
-        self._busy = threading.Lock()        # the busy clock, also run by the pool's result thread
-        self._busy_n, self._busy_since = 0, 0.0
+
+    @property
+    def seconds(self) -> float:
+        """Busy seconds: batches in flight, and commits' own calls."""
+        return self._batches.total + self._commits.total
 
     def add(self, file: Finished, start: int, texts: list[tuple[int | None, str]], vectors: np.ndarray,
             last: bool) -> None:
@@ -183,22 +192,10 @@ class Writer:
         if self._closed:
             raise StoreError(f"the run stopped before {batch.rows} rows were written to {self.store.uri}")
         pool = self._pool = self._pool or WriterPool(self.store.endpoint(), self.processes)
-        self._busy_start()
+        self._batches.start()
         future = pool.submit(batch)
-        future.add_done_callback(lambda _: self._busy_end())
+        future.add_done_callback(lambda _: self._batches.end())
         self._in_flight.append((batch, future, group))
-
-    def _busy_start(self) -> None:
-        with self._busy:
-            if self._busy_n == 0:
-                self._busy_since = time.perf_counter()
-            self._busy_n += 1
-
-    def _busy_end(self) -> None:
-        with self._busy:
-            self._busy_n -= 1
-            if self._busy_n == 0:
-                self.seconds += time.perf_counter() - self._busy_since
 
     def _take_answers(self, leave: int, up_to: int | None = None) -> None:
         """Take the answers of finished batches, waiting until at most `leave` are unanswered (of the groups
@@ -235,6 +232,10 @@ class Writer:
                 self.first_row_at = time.perf_counter()
             self.rows_written += answer.rows
             self.ledger.touched.update(batch.sources)
+            busy = self._batches.now()
+            for s, share in zip(batch.segments, shares(busy - self._charged, [len(s.chunks) for s in batch.segments])):
+                self._write_s[s.source] = self._write_s.get(s.source, 0.0) + share   # busy since the last answer
+            self._charged = busy
             return
         if isinstance(answer, Unreachable):
             raise StoreError(answer.error)
@@ -282,15 +283,19 @@ class Writer:
                     files, self._sealed, group = self._sealed, [], self._sealed_group
                     self._committing = True
                     self._take_answers(0, up_to=group)   # lets add() go on while it waits
-                self._busy_start()
+                started = time.perf_counter()
+                self._commits.start()
                 try:
                     if self._closed:
                         return
                     done = self.ledger.commit(files)    # without the lock: add() goes on
                 finally:
-                    self._busy_end()
-                for f in done:
-                    self.on_written(f)
+                    self._commits.end()
+                commit_s = shares(time.perf_counter() - started, [f.outcome.chunks for f in done])
+                with self._lock:
+                    rows_s = [self._write_s.pop(f.ref.source, 0.0) for f in done]
+                for f, a, b in zip(done, commit_s, rows_s):
+                    self.on_written(replace(f, outcome=f.outcome.plus(write=a + b)))
                 with self._lock:
                     self._committing = False            # flush() returns after the last Written
                     self._changed.notify_all()
@@ -323,7 +328,7 @@ class Ledger:
         done = [self._settle(f) for f in files]
         dropped = [f.ref.source for f in done if f.drop]
         keep = {f.ref.source: f.ref.file_hash for f in done        # a changed file: only its new version
-                if f.outcome.status == "ingested" and f.old_hash and f.old_hash != f.ref.file_hash}
+                if f.outcome.status in ("ingested", "empty") and f.old_hash and f.old_hash != f.ref.file_hash}
         keep.update((f.ref.source, f.old_hash) for f in done       # failed part-way: only its last good copy
                     if f.outcome.status == "failed" and f.ref.source in self.touched)
         entries = [Entry(f.ref.source, f.ref.size, f.ref.mtime_ns, f.ref.file_hash, "ingested", f.outcome.chunks,
@@ -351,6 +356,5 @@ class Ledger:
         error = self.failed.pop(file.ref.source, None)
         if error is None:
             return file
-        outcome = Outcome("failed", error, ocr_pages=file.outcome.ocr_pages, warnings=file.outcome.warnings,
-                          seconds=file.outcome.seconds)
-        return replace(file, outcome=outcome, pages=(), record=False)
+        return replace(file, outcome=replace(file.outcome, status="failed", error=error, chunks=0, junk=0), pages=(),
+                       record=False)

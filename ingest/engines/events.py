@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from ingest import load, ocr
-from ingest.files import Finished
+from ingest.files import Finished, Times
 from ingest.workers.failure import Failure
 
 
@@ -16,13 +16,18 @@ class LoadDone:
     result: load.Loaded | Failure
     part: int = 0                   # a range task's (0: the file's first load task)
 
+    @property
+    def times(self) -> Times:
+        """The seconds the worker spent (none known for a Failure)."""
+        return self.result.times if isinstance(self.result, load.Loaded) else Times()
+
 
 @dataclass(frozen=True)
 class OcrPageDone:
     seq: int
     part: int
     page: int
-    result: ocr.OcrDone | Failure
+    result: ocr.OcrDone | ocr.OcrFailed
 
 
 @dataclass(frozen=True)

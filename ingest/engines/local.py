@@ -41,7 +41,7 @@ import threading
 import time
 from itertools import chain
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from ingest import load, ocr, remote
 from ingest.store.collection import open_collection
@@ -55,10 +55,12 @@ from ingest.engines.inflight import InFlight, Ranged
 from ingest.model_ref import ModelNotFound
 from ingest.progress import Progress
 from ingest.report import Tally, default_report_path, summary, write_unstarted
-from ingest.scan import Scan, scan
+from ingest.scan import Scan, common_root, scan, under
 from ingest.sniff import unchanged
+from ingest.status import LastRun
 from ingest.engines.stop import Interrupted, StopSignals
 from ingest.store import StoreError
+from ingest.timeline import Timeline, slots
 from ingest.workers.failure import Failure
 from ingest.workers.pool import Pools
 from ingest.workers.reorder import Reorder
@@ -74,9 +76,10 @@ START_ERRORS = (ConfigError, StoreError, ModelNotFound, BackendError, OSError)  
 
 
 class Run:
-    def __init__(self, cfg: dict[str, Any], root: Path | str, *, quiet: bool = False, prune: bool = False,
-                 reembed: bool = False, report_path: Path | None = None):
-        self.cfg, self.root = cfg, root if remote.is_url(root) else root.resolve()   # a folder, or a URL's
+    def __init__(self, cfg: dict[str, Any], paths: Path | str | Sequence[Path], *, quiet: bool = False,
+                 prune: bool = False, reembed: bool = False, report_path: Path | None = None):
+        self.cfg, (self.root, self.named) = cfg, (paths, None) if remote.is_url(paths) else common_root(paths)
+        self.last, self.totals = LastRun(), None     # ingest status's last run; the report's totals (--json)
         self.quiet, self.prune, self.reembed = quiet, prune, reembed
         self.report_path = report_path or default_report_path(cfg["store"]["uri"])
         self.events: queue.SimpleQueue[Event] = queue.SimpleQueue()
@@ -124,8 +127,8 @@ class Run:
             os.environ.setdefault("MALLOC_ARENA_MAX", "4")
         for warning in col.warnings:          # a Lite store past its size (docs/scale.md): said at once, and reported
             print(f"warning: {warning}", file=sys.stderr)
-        self.tally, self.progress = Tally(self.report_path, col.known), Progress(self.quiet)
-        walk = remote.scan_url if remote.is_url(self.root) else scan
+        self.tally, self.progress = Tally(self.report_path, under(col.known, self.named)), Progress(self.quiet)
+        walk = remote.scan_url if remote.is_url(self.root) else lambda root, follow: scan(root, follow, self.named)
         files = Scan(walk(self.root, cfg["run"]["follow_symlinks"]), self.progress.found)
         self.signals.ingesting()
         try:
@@ -146,7 +149,7 @@ class Run:
                 else EXIT_FAILED if tally.by_status["failed"] else EXIT_OK)
         # not_started: files the scan found that never ended; None when the scan did not finish (a stop
         # before the end of the folder: what it holds beyond is unknown), which scan_finished says.
-        totals = tally.totals(time.perf_counter() - started, self.rates(),
+        totals = tally.totals(time.perf_counter() - started, tally.rates(self.stage, self.writer),
                               {"not_started": files.found - tally.files if files.finished else None,
                                "scan_finished": files.finished, "pruned": pruned,
                                "interrupted": self.stopping.is_set(), "signal": self.signals.name,
@@ -155,6 +158,8 @@ class Run:
                                "store": col.store.uri, "collection": col.store.collection, "model": col.model.name,
                                "backend": col.backend, "warnings": col.warnings})
         tally.write(totals)
+        self.totals = totals
+        self.last.record(col, self.report_path, totals, fatal)      # after the report: store first, then record
         col.close(release=not isinstance(fatal, StoreError))
         if not self.quiet:
             print(summary(totals), file=sys.stderr)
@@ -170,17 +175,17 @@ class Run:
     def ingest(self, files: Iterator[tuple[FileRef, Outcome | None]]) -> None:
         """Every file of the scan (lazy: pulled as files are dispatched) through the pipeline; each file
         ends through `settle`, in file order."""
-        cfg, col = self.cfg, self.col
+        cfg, col, self.timeline = self.cfg, self.col, Timeline(self.started)
         plugins = tuple(cfg["loaders"]["plugins"])
         self.pools = Pools({p: cfg["loaders"][p]["workers"] for p in FORMAT_POOLS},
                            {p: cfg["loaders"][p]["timeout_s"] for p in FORMAT_POOLS},
                            load.init_loader_process, (plugins, cfg["limits"]["worker_memory_mb"]))
         self.writer = Writer(col.store, col.manifest, col.model.name, col.settings, cfg["store"]["batch_size"],
                              lambda f: self.events.put(Accepted(f.ref.seq, f.chunk_count if f.outcome.status == "ingested" else 0)), lambda f: self.events.put(Written(f)),
-                             col.backend, writers=cfg["store"]["writers"])
+                             col.backend, writers=cfg["store"]["writers"], timeline=self.timeline)
         self.stage = EncodeStage(col.model, {**cfg["model"], "backend": col.backend}, self.writer,
                                  lambda e: self.events.put(EncodeFailed(e)), self.stopping,
-                                 lambda f: self.events.put(PartWritten(f.ref.seq, f.chunk_count)))
+                                 lambda f: self.events.put(PartWritten(f.ref.seq, f.chunk_count)), self.timeline)
         thread = threading.Thread(target=self.stage.run, name="ingest-encode", daemon=True)
         thread.start()
         self._loop(files, thread)
@@ -195,8 +200,10 @@ class Run:
             self.writer.close()
 
     def engine_totals(self) -> dict[str, Any]:
-        return {"pools_replaced": self.pools.replaced,
-                "first_row_s": self.writer.first_row_s(self.started) if self.writer else None}
+        w = self.writer
+        return {"pools_replaced": self.pools.replaced, "first_row_s": w.first_row_s(self.started) if w else None,
+                "timeline": self.timeline.report(slots(self.cfg["loaders"], self.tally.by_format, self.stage.workers,
+                                                       w.processes))}
 
     def _loop(self, files: Iterator[tuple[FileRef, Outcome | None]], encode_thread: threading.Thread) -> None:
         max_chunks = self.cfg["run"]["max_chunks_in_flight"]
@@ -264,6 +271,7 @@ class Run:
         future.add_done_callback(lambda f: self.events.put(LoadDone(ref.seq, f.result())))
 
     def _loaded(self, event: LoadDone) -> None:
+        self.timeline.worked(event.times)
         state = self._pending.get(event.seq)
         if event.part:                                      # a range of a big file
             if isinstance(state, load.Pages):
@@ -285,7 +293,7 @@ class Run:
         seq = pages.ref.seq
         if isinstance(result, load.Loaded):
             for page, future in ocr.fan_out(self.pools, pages.ref.path, result.ocr_pages, self.ocr_options, self.spec,
-                                            pages.doc):
+                                            pages.doc, self.cfg["loaders"]["ocr"]["timeout_s"]):
                 future.add_done_callback(lambda f, p=page: self.events.put(OcrPageDone(seq, part, p, f.result())))
         self._hand_on(pages)
 
@@ -295,6 +303,7 @@ class Run:
             self._in_flight.written(event.seq, event.chunks)
             self.progress.embedded(event.chunks)
             return self._ranged.load(self.stage.chunks_ahead(self.cfg["run"]["max_chunks_in_flight"]), self._reorder.next)
+        self.timeline.worked(event.result.times)
         pages = self._pending.get(event.seq)
         if isinstance(pages, load.Pages):
             pages.add_ocr(event.part, event.page, event.result)
@@ -341,8 +350,11 @@ class Run:
     def _stopped_at_start(self, started: float) -> int:
         """A stop signal came before ingesting began: the report says so; the exit code."""
         col, name, code = self.col, self.signals.name, self.signals.exit_code
-        self._report_unstarted(started, f"{name} while the run was starting", code, interrupted=True, signal=name)
+        why = f"{name} while the run was starting"
+        self._report_unstarted(started, why, code, interrupted=True, signal=name)
         if col is not None:
+            self.last.record(col, self.report_path, {"seconds": time.perf_counter() - started, "exit_code": code,
+                                                     "signal": name, "stopped_by": why})
             col.close()
         if not self.quiet:
             print(f"\ningest: {name} while starting; nothing was ingested", file=sys.stderr)
@@ -374,18 +386,14 @@ class Run:
         to the spool, the counts and the bar move on, its source is seen (prune), an unlisted folder noted (Tally)."""
         self._open.pop(file.ref.seq, None)
         self.tally.add(file)
+        self.last.add(file)
         self.progress.settled()
 
     def _prune(self) -> int:
-        """--prune: remove the recorded files the scan saw gone (never under a folder it could not list)."""
+        """--prune: remove the recorded files the scan saw gone (under the PATHs; not under a folder it could not list)."""
         if self.prune:
             return len(self.col.prune(self.tally.unseen, self.tally.unlisted))
         if (gone := self.col.gone(self.tally.unseen, self.tally.unlisted)) and not self.quiet:
             print(f"{len(gone)} file(s) in the store no longer exist in the folder; --prune removes them",
                   file=sys.stderr)
         return 0
-
-    def rates(self) -> dict[str, float]:
-        stats, w = self.stage.stats if self.stage is not None else {}, self.writer
-        return self.tally.rates({s: stats.get(f"{s}_s") for s in ("tokenize", "encode")},
-                                (w.rows_written, w.seconds) if w is not None else (0, 0.0))

@@ -41,20 +41,32 @@ from typing import Any, Iterator
 
 from ingest import load, remote
 from ingest.config import ConfigError, FORMAT_POOLS
-from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
+from ingest.files import INTERRUPTED, FileRef, Finished, Outcome, Times
 from ingest.loaders import pool_for
 from ingest.engines.ray_stages import EncodeParts, LoadSettings, PartAck, WriteParts, dumps, load_files
 from ingest.engines.local import Run, RunError
 from ingest.engines.stop import SIGNALS
 from ingest.store import StoreError, is_local
+from ingest.timeline import unmeasured
 from ingest.workers.limits import usable_cores
 from ingest.write import FLUSH_EVERY_S, FLUSH_FILES, FLUSH_ROWS, Ledger
 
-FILES_PER_TASK = 4           # files per load task (a Ray task costs a few ms; a block of files amortizes it)
+TASKS_PER_SLOT = 4           # load tasks per CPU slot of a pool: enough to balance, few enough to amortize a task
+FILES_PER_TASK = (4, 256)    # files per load task, at least and at most (a Ray task costs ~10 ms of CPU in all)
+BYTES_PER_TASK = 64 * 2 ** 20   # at most this much file data per task, on average
 PACKS_PER_ENCODE = 2         # rows of up to 256 chunks per encode call: the encode stage starts after 2 packs, not 8
 PACKS_PER_WRITE = 4
 FORWARD_ENV = ("PYTHONPATH", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "MALLOC_ARENA_MAX")
 _END = object()
+
+
+def files_per_task(jobs: list[load.Job], slots: float) -> int:
+    """Files per load task of a pool with `slots` CPU slots: TASKS_PER_SLOT tasks a slot, within FILES_PER_TASK
+    and BYTES_PER_TASK (sized by bytes: a few big files a task, many tiny ones)."""
+    least, most = FILES_PER_TASK
+    average = sum(job.ref.size for job in jobs) / len(jobs)
+    most = max(1, min(most, int(BYTES_PER_TASK // max(average, 1))))
+    return max(min(least, most), min(most, math.ceil(len(jobs) / (TASKS_PER_SLOT * max(slots, 1)))))
 
 
 class RayRun(Run):
@@ -70,6 +82,7 @@ class RayRun(Run):
         col = self.col
         self.ledger = Ledger(col.store, col.manifest, col.settings)
         self._parts: dict[int, int] = defaultdict(int)         # seq -> parts acknowledged
+        self._spent: dict[int, Times] = defaultdict(Times)     # seq -> its acknowledged parts' encode and write seconds
         self._open = {ref.seq: ref for ref, _ in files}         # not settled yet (settle() forgets what ends)
         self._done: set[int] = set()                            # files in the ledger or written
         self._encoders: dict[str, int] = defaultdict(int)       # Ray node id -> rows it encoded
@@ -157,8 +170,10 @@ class RayRun(Run):
             self.ledger.failed.setdefault(source, ack.error)
         seq = ack.file.ref.seq
         self._parts[seq] += 1
+        self._spent[seq] += Times(encode=ack.encode_s, write=ack.write_s)
         if self._parts[seq] == ack.count:
-            self._file_done(ack.file)
+            outcome = ack.file.outcome
+            self._file_done(replace(ack.file, outcome=replace(outcome, times=outcome.times + self._spent.pop(seq))))
         return ack.rows
 
     def _file_done(self, file: Finished) -> None:
@@ -193,7 +208,7 @@ class RayRun(Run):
             cpus = r["loader_cpus"].get(pool, 1.0)          # a plugin's pool of its own: 1
             # OCR in a load task runs on the CPUs the task reserves, not on the driver's share of its cores.
             here = replace(settings, ocr_options=replace(settings.ocr_options, threads=max(1, round(cpus))))
-            blocks = max(1, math.ceil(len(items) / FILES_PER_TASK))
+            blocks = math.ceil(len(items) / files_per_task(items, ray.cluster_resources().get("CPU", 1) / cpus))
             ds = ray.data.from_items([{"job": dumps(job)} for job in items], override_num_blocks=blocks)
             loaded.append(ds.map_batches(load_files, fn_kwargs={"settings": here}, batch_size=None, num_cpus=cpus))
         ds = loaded[0].union(*loaded[1:]) if len(loaded) > 1 else loaded[0]
@@ -267,4 +282,6 @@ class RayRun(Run):
     def engine_totals(self) -> dict[str, Any]:
         first = getattr(self, "_first_row_at", None)
         return {"engine": "ray", "rows_by_encoder_node": dict(getattr(self, "_encoders", {})),
-                "first_row_s": round(first - self.started, 3) if first else None}
+                "first_row_s": round(first - self.started, 3) if first else None,
+                "timeline": unmeasured("the Ray engine does not measure one; each file's line has its stages' "
+                                        "seconds")}

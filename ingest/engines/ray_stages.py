@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
+from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
@@ -30,6 +32,7 @@ from ingest.load import Job, import_plugins, init_loader_process
 from ingest.loaders import LoaderOptions, OcrOptions
 from ingest.model_ref import ModelRef
 from ingest.store import Endpoint, Store
+from ingest.timeline import Meter, shares
 from ingest.workers.encode import Pretokenized
 from ingest.workers.failure import Failure
 from ingest.workers.pool import Pools
@@ -50,6 +53,7 @@ class Part:
     vectors: np.ndarray | None = None
     error: str | None = None                         # its chunks could not be encoded: the file fails
     encoder: str = ""                                # the Ray node that encoded it
+    encode_s: float = 0.0                            # its share of the encode pool's busy seconds
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class PartAck:
     error: str | None = None
     unreachable: bool = False                        # the store did not answer: the run stops
     encoder: str = ""
+    encode_s: float = 0.0                            # its share of the seconds its batches took to encode
+    write_s: float = 0.0                             # and to upsert
 
 
 @dataclass(frozen=True)
@@ -121,15 +127,17 @@ def load_files(batch: dict[str, Any], settings: LoadSettings) -> dict[str, list[
     parts: list[Part] = []
     for blob in batch["job"]:
         job: Job = pickle.loads(blob)
-        parts += parts_of(load_whole(pools, job, settings.options, settings.ocr_options, settings.spec))
+        parts += parts_of(load_whole(pools, job, settings.options, settings.ocr_options, settings.spec,
+                                     dict(settings.timeouts)["ocr"]))
         remote.discard(job.ref.path)
     return {"pack": packed(parts)}
 
 
-def load_whole(pools: Pools, job: load.Job, options: LoaderOptions, ocr_options: OcrOptions, spec: ChunkSpec) -> Finished:
-    """Load, OCR and chunk one file in `pools`, waiting for each step: the file's whole journey through
-    the loaders in the caller's thread (the Ray engine's load tasks), its parts joined into one Finished.
-    Every wait is bounded by the pools' time limits."""
+def load_whole(pools: Pools, job: load.Job, options: LoaderOptions, ocr_options: OcrOptions, spec: ChunkSpec,
+               ocr_timeout_s: float) -> Finished:
+    """Load, OCR and chunk one file in `pools` (whose OCR pages have `ocr_timeout_s`), waiting for each step:
+    the file's whole journey through the loaders in the caller's thread (the Ray engine's load tasks), its
+    parts joined into one Finished. Every wait is bounded by the pools' time limits."""
     ref, first = job.ref, load.submit(pools, job.ref, options, spec, job.known_hash).result()
     state = load.after_load(ref, first, job.old_hash, job.known_chunks)
     if isinstance(state, Finished):
@@ -142,7 +150,7 @@ def load_whole(pools: Pools, job: load.Job, options: LoaderOptions, ocr_options:
             state.add_part(part, result)
         if isinstance(result, load.Loaded):
             pages += [(part, page, f) for page, f in ocr.fan_out(pools, ref.path, result.ocr_pages, ocr_options, spec,
-                                                                 state.doc)]
+                                                                 state.doc, ocr_timeout_s)]
     for part, page, future in pages:
         state.add_ocr(part, page, future.result())
     parts = state.ready()
@@ -160,6 +168,7 @@ class EncodeParts:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.node = ray.get_runtime_context().get_node_id()
         self.pool = make_pool(model, settings)
+        self.meter = Meter(None, "encode")
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
         parts = unpacked(batch)
@@ -171,7 +180,9 @@ class EncodeParts:
             error = chunk_failure_text(failures, offset, p.start, len(p.chunks)) \
                 if failures and np.isnan(vectors).any() else None
             offset += len(p.chunks)
-            done[id(p)] = replace(p, tokens=None, vectors=None if error else vectors, error=error, encoder=self.node)
+            stats = self.pool.stats
+            done[id(p)] = replace(p, tokens=None, vectors=None if error else vectors, error=error, encoder=self.node,
+                                  encode_s=self.meter.charge(stats["encode_s"], stats["chunks"], len(p.chunks)))
         return {"pack": [dumps(tuple(done.get(id(p), p) for p in parts))]}
 
     def __del__(self) -> None:
@@ -195,14 +206,21 @@ class WriteParts:
         self.store = self.store or Store.at(self.endpoint)
         errors: dict[str, tuple[str, bool]] = {}            # source -> (error, unreachable)
         stored: dict[str, set[int]] = {}                    # source -> chunks in acknowledged batches
-        for rows in self._batches([p for p in parts if p.vectors is not None]):
-            for retry in self._answered(rows, errors, stored):
-                self._answered(retry, errors, stored)
+        spent: dict[str, float] = {}                        # source -> seconds its rows' upserts took
+        sent = [p for p in parts if p.vectors is not None]
+        sizes: Counter[str] = Counter()                     # source -> its chunks sent
+        for p in sent:
+            sizes[p.file.ref.source] += len(p.chunks)
+        for rows in self._batches(sent):
+            for retry in self._answered(rows, errors, stored, spent):
+                self._answered(retry, errors, stored, spent)
         acks = []
         for p in parts:
-            error, unreachable = errors.get(p.file.ref.source, (p.error, False))
-            mine = stored.get(p.file.ref.source, set()).intersection(range(p.start, p.start + len(p.chunks)))
-            acks.append(PartAck(p.file, p.index, p.count, len(mine), error, unreachable, p.encoder))
+            source = p.file.ref.source
+            error, unreachable = errors.get(source, (p.error, False))
+            mine = stored.get(source, set()).intersection(range(p.start, p.start + len(p.chunks)))
+            write_s = spent.get(source, 0.0) * len(p.chunks) / sizes[source] if sizes[source] else 0.0
+            acks.append(PartAck(p.file, p.index, p.count, len(mine), error, unreachable, p.encoder, p.encode_s, write_s))
         return {"ack": [dumps(tuple(acks))]}
 
     def _batches(self, parts: list[Part]) -> list[Batch]:
@@ -213,11 +231,15 @@ class WriteParts:
         rest = batcher.rest()
         return batches + ([rest] if rest is not None else [])
 
-    def _answered(self, batch: Batch, errors: dict[str, tuple[str, bool]],
-                  stored: dict[str, set[int]]) -> list[Batch]:
-        """Upsert `batch`; note the chunks stored and its files' errors; the per-file batches to retry after a
-        refusal."""
+    def _answered(self, batch: Batch, errors: dict[str, tuple[str, bool]], stored: dict[str, set[int]],
+                  spent: dict[str, float]) -> list[Batch]:
+        """Upsert `batch`; note the chunks stored, its files' errors and their rows' share of its seconds; the
+        per-file batches to retry after a refusal."""
+        started = time.perf_counter()
         answer: Ack | Refused | Unreachable = upsert(self.store, batch)
+        seconds = shares(time.perf_counter() - started, [len(s.chunks) for s in batch.segments])
+        for s, share in zip(batch.segments, seconds):
+            spent[s.source] = spent.get(s.source, 0.0) + share
         if isinstance(answer, Ack):
             for s in batch.segments:
                 stored.setdefault(s.source, set()).update(range(s.start, s.start + len(s.chunks)))

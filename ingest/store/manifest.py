@@ -53,6 +53,28 @@ class Manifest(Protocol):
         before deleting rows or writing entries."""
 
 
+class Summary(NamedTuple):
+    """What a manifest says of its collection (`ingest status`): its meta values, and its files counted
+    by (format, status) as (format, status, files, chunks)."""
+    meta: dict[str, str]
+    counts: list[tuple[str, str, int, int]]
+
+
+def read_summary(path: Path) -> Summary:
+    """The Summary of the SQLite manifest at `path` (absolute), read in one read-only transaction: it
+    answers while a run writes it (WAL) and changes nothing (sqlite3.Error if it cannot be read). With no
+    write-ahead log beside it (no run has it open) it is read as immutable, which leaves none behind."""
+    wal = path.with_name(path.name + "-wal").exists()
+    db = sqlite3.connect(f"{path.as_uri()}?{'mode=ro' if wal else 'immutable=1'}", uri=True, isolation_level=None)
+    try:
+        db.execute("BEGIN")
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        counts = db.execute("SELECT format, status, COUNT(*), TOTAL(chunks) FROM files GROUP BY format, status")
+        return Summary(meta, [(f, s, n, int(c)) for f, s, n, c in counts])
+    finally:
+        db.close()
+
+
 def manifest_path(uri: str, collection: str) -> Path:
     """The SQLite manifest of a Milvus Lite store file: next to it."""
     return Path(f"{Path(uri).resolve()}.{collection}.manifest.sqlite")

@@ -43,9 +43,9 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
-from ingest.store.manifest import Entry
+from ingest.store.manifest import Entry, Summary
 from ingest.store import SOURCE_MAX, Store, StoreError, one_line
 
 SUFFIX = "__files"
@@ -254,6 +254,38 @@ class Lease:
                              f"run's lease in time ({one_line(exc)}); check the server, then rerun")
 
 
+def _files(store: Store, output_fields: list[str]) -> Iterator[dict[str, Any]]:
+    """Every file entry of `store`'s companion collection, those fields of it, a batch at a time."""
+    name = companion_name(store.collection)
+    it = store.call("read the manifest", "query_iterator", name, batch_size=1000,
+                    filter=f'key like "{FILE_PREFIX}%"', output_fields=output_fields)
+    try:
+        while batch := it.next():
+            yield from batch
+    except Exception as exc:
+        raise StoreError(f"cannot read the manifest {name!r} on {store.uri}: {one_line(exc)}; "
+                         "check the server, then rerun") from None
+    finally:
+        it.close()
+
+
+def read_summary(store: Store) -> Summary | None:
+    """The Summary of `store`'s companion collection (`ingest status`), None if it has none; it reads
+    only (no lease, nothing created)."""
+    name = companion_name(store.collection)
+    if not store.call("look up the manifest collection", "has_collection", name):
+        return None
+    store.call("load the manifest collection", "load_collection", name)
+    rows = store.call("read the manifest", "query", name, filter=f'key like "{META_PREFIX}%"',
+                      output_fields=["key", "value"])
+    counts: dict[tuple[str, str], list[int]] = {}
+    for r in _files(store, ["format", "status", "chunks"]):
+        n = counts.setdefault((r["format"], r["status"]), [0, 0])
+        n[0], n[1] = n[0] + 1, n[1] + r["chunks"]
+    return Summary({r["key"][len(META_PREFIX):]: r["value"] for r in rows},
+                   [(f, s, n, c) for (f, s), (n, c) in sorted(counts.items())])
+
+
 class ServerManifest:
     """The manifest of a server collection (same interface as `SqliteManifest`); writes need the lease."""
 
@@ -277,18 +309,7 @@ class ServerManifest:
         self._write([_row(META_PREFIX + key, value=value)])
 
     def all(self) -> dict[str, Entry]:
-        it = self.store.call("read the manifest", "query_iterator", self.name, batch_size=1000,
-                             filter=f'key like "{FILE_PREFIX}%"', output_fields=_FIELDS)
-        out: dict[str, Entry] = {}
-        try:
-            while batch := it.next():
-                out.update((r["source"], Entry(**{f: r[f] for f in _FIELDS})) for r in batch)
-        except Exception as exc:
-            raise StoreError(f"cannot read the manifest {self.name!r} on {self.store.uri}: {one_line(exc)}; "
-                             "check the server, then rerun") from None
-        finally:
-            it.close()
-        return out
+        return {r["source"]: Entry(**{f: r[f] for f in _FIELDS}) for r in _files(self.store, _FIELDS)}
 
     def record(self, entries: Iterable[Entry]) -> None:
         """Upsert entries and flush: durable before it returns (call only after their rows are flushed)."""

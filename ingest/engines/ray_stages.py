@@ -124,21 +124,26 @@ def load_files(batch: dict[str, Any], settings: LoadSettings) -> dict[str, list[
         timeouts = dict(settings.timeouts)
         pools = _pools[settings] = Pools({name: 1 for name in timeouts}, timeouts, init_loader_process,
                                          (settings.plugins, settings.memory_mb))
+    jobs: list[Job] = [pickle.loads(blob) for blob in batch["job"]]
+    # Every file's first load is queued at once, so the pools' workers go from file to file with no round
+    # trip between (a pool's timeout counts from when its worker takes a task: workers/pool.py NOTE).
+    firsts = [load.submit(pools, job.ref, settings.options, settings.spec, job.known_hash) for job in jobs]
     parts: list[Part] = []
-    for blob in batch["job"]:
-        job: Job = pickle.loads(blob)
+    for job, first in zip(jobs, firsts):
         parts += parts_of(load_whole(pools, job, settings.options, settings.ocr_options, settings.spec,
-                                     dict(settings.timeouts)["ocr"]))
+                                     dict(settings.timeouts)["ocr"], first))
         remote.discard(job.ref.path)
     return {"pack": packed(parts)}
 
 
 def load_whole(pools: Pools, job: load.Job, options: LoaderOptions, ocr_options: OcrOptions, spec: ChunkSpec,
-               ocr_timeout_s: float) -> Finished:
+               ocr_timeout_s: float, submitted: Future | None = None) -> Finished:
     """Load, OCR and chunk one file in `pools` (whose OCR pages have `ocr_timeout_s`), waiting for each step:
     the file's whole journey through the loaders in the caller's thread (the Ray engine's load tasks), its
-    parts joined into one Finished. Every wait is bounded by the pools' time limits."""
-    ref, first = job.ref, load.submit(pools, job.ref, options, spec, job.known_hash).result()
+    parts joined into one Finished; `submitted`: its first load, if already queued. Every wait is bounded
+    by the pools' time limits."""
+    submitted = submitted or load.submit(pools, job.ref, options, spec, job.known_hash)
+    ref, first = job.ref, submitted.result()
     state = load.after_load(ref, first, job.old_hash, job.known_chunks)
     if isinstance(state, Finished):
         return state

@@ -109,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
     from ingest import remote
     from ingest.config import ConfigError
     from ingest.engines import engine_for
-    from ingest.engines.local import RunError
+    from ingest.engines.run import RunError
 
     cfg, paths = None, args.paths
     try:
@@ -272,7 +272,7 @@ def _main(argv: list[str] | None) -> int:
 
     errors: tuple[type[Exception], ...] = (ConfigError, StoreError, ModelNotFound, BackendError, _UserError)
     if args.command in ("run", "watch"):
-        from ingest.engines.local import RunError      # not for search: ingest.engines.local's imports cost time
+        from ingest.engines.run import RunError        # not for search: ingest.engines.run's imports cost time
 
         errors += (RunError,)
     if args.command == "eval":

@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from ingest.config import ConfigError
 from ingest.engines import engine_for
-from ingest.engines.local import Run
+from ingest.engines.run import Run
 from ingest.report import default_report_path
 from ingest.store import StoreError, is_local
 

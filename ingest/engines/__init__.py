@@ -1,5 +1,5 @@
-"""The engines that run `ingest run`: `local` (this machine's processes; its `Run` also writes the report,
-handles stop signals and exit codes for every engine) and Ray Data (`ray_driver`, the driver, and
+"""The engines that run `ingest run`: `run` (every engine's `Run`: start, the report, stop signals, exit
+codes), `local` (`LocalRun`: this machine's processes) and Ray Data (`ray_driver`, the driver, and
 `ray_stages`, what Ray runs on any node). `inflight` and `stop` are the local dispatcher's bounds and
 the run's stop signals."""
 from __future__ import annotations
@@ -7,15 +7,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ingest.engines.local import Run
+    from ingest.engines.run import Run
 
 
 def engine_for(cfg: dict[str, Any]) -> type[Run]:
-    """The engine `[run] engine` names: the local `Run`, or `RayRun` (a one-line RunError where Ray is missing)."""
-    from ingest.engines.local import Run, RunError
+    """The engine `[run] engine` names: `LocalRun`, or `RayRun` (a one-line RunError where Ray is missing)."""
+    from ingest.engines.run import RunError
 
     if cfg["run"]["engine"] != "ray":
-        return Run
+        from ingest.engines.local import LocalRun
+
+        return LocalRun
     try:
         from ingest.engines.ray_driver import RayRun
     except ImportError as exc:

@@ -1,4 +1,5 @@
-"""`ingest run`: the dispatcher. Each file walks through the steps, one module each:
+"""`LocalRun`, the local engine of `ingest run`: the dispatcher. Each file walks through the steps, one
+module each:
 
     scan -> sniff -> load (loader pools; chunk in the worker) -> OCR fan-out, big files' ranges -> reorder -> encode -> write
 
@@ -20,45 +21,26 @@ NOTE (flow and shutdown protocol):
   its last part passes the Reorder. Parts count in max_chunks_in_flight until the writer holds
   them (PartWritten; Accepted for the last); ranges load while it has room, but the file next in
   order always may have one loading, so it never waits on files behind it.
-- Stop signals (SIGINT: Ctrl-C; SIGTERM: systemctl/docker/kubernetes stop; to the supervisor
-  alone or to the whole group, whose other processes leave stopping to us: workers/spawn.py)
-  are handled from the first line of `execute`. While the run starts (config checks, model,
-  collection, ONNX export, scan) the handler raises Interrupted, which ends whatever step is
-  running; the report says so. Once ingesting, the first signal stops intake, kills loader
-  workers, marks files not yet finished as failed "interrupted", lets the writer store what the
-  encoder already has (files still waiting for an encoder that is not up yet are not waited
-  for: ingest/encode.py), writes the report and exits 128 + the signal (130, 143); the report
-  names the signal. A second signal, or STOP_GRACE_S after the first, quits at once with
-  that code (no report; workers follow via their watchdogs; the rerun redoes what was not
-  recorded). The handler is ingest/engines/stop.py's; events go on a SimpleQueue, which it may put to.
+- Stop signals: ingest/engines/run.py NOTE; here the first signal (`on_stop`, from the handler, which
+  may put to the SimpleQueue) stops intake, kills loader workers, marks files not yet finished as
+  failed "interrupted" and lets the writer store what the encoder already has.
 """
 from __future__ import annotations
 
-import os
 import queue
 import sys
 import threading
-import time
-from itertools import chain
-from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 from ingest import load, ocr, remote
-from ingest.store.collection import open_collection
-from ingest.backends import BackendError
-from ingest.config import FORMAT_POOLS, ConfigError, chunk_spec, loader_options, ocr_options
+from ingest.config import FORMAT_POOLS
 from ingest.encode import EncodeStage
-from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
-from ingest.loaders import pool_for
 from ingest.engines.events import Accepted, EncodeFailed, Event, LoadDone, OcrPageDone, PartWritten, Stop, Written
 from ingest.engines.inflight import InFlight, Ranged
-from ingest.model_ref import ModelNotFound
-from ingest.progress import Progress
-from ingest.report import Tally, default_report_path, summary, write_unstarted
-from ingest.scan import Scan, common_root, scan, under
+from ingest.engines.run import Run, RunError
+from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
+from ingest.loaders import pool_for
 from ingest.sniff import unchanged
-from ingest.status import LastRun
-from ingest.engines.stop import Interrupted, StopSignals
 from ingest.store import StoreError
 from ingest.timeline import Timeline, slots
 from ingest.workers.failure import Failure
@@ -67,110 +49,21 @@ from ingest.workers.reorder import Reorder
 from ingest.write import Writer
 
 
-class RunError(RuntimeError):
-    """The run cannot go on (encoder failed); the message is one line."""
+class LocalRun(Run):
+    """The run on this machine's processes: loader pools, the encode pool, writer processes (NOTE)."""
 
-
-EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2      # EXIT_ERROR: the run could not start or an error stopped it
-START_ERRORS = (ConfigError, StoreError, ModelNotFound, BackendError, OSError)    # what can keep a run from starting
-
-
-class Run:
-    def __init__(self, cfg: dict[str, Any], paths: Path | str | Sequence[Path], *, quiet: bool = False,
-                 prune: bool = False, reembed: bool = False, report_path: Path | None = None):
-        self.cfg, (self.root, self.named) = cfg, (paths, None) if remote.is_url(paths) else common_root(paths)
-        self.last, self.totals = LastRun(), None     # ingest status's last run; the report's totals (--json)
-        self.quiet, self.prune, self.reembed = quiet, prune, reembed
-        self.report_path = report_path or default_report_path(cfg["store"]["uri"])
+    def __init__(self, cfg: dict[str, Any], *args: Any, **kwargs: Any):
+        super().__init__(cfg, *args, **kwargs)
         self.events: queue.SimpleQueue[Event] = queue.SimpleQueue()
-        self.stopping = threading.Event()
-        self.signals = StopSignals(self.stopping, lambda: self.events.put(Stop()))
-        self.col = None
         self._pending: dict[int, load.Job | load.Pages] = {}     # dispatched, not yet finished
         self._in_flight = InFlight(cfg["run"]["max_files_in_flight"])
         self._ranged = Ranged(self._in_flight, lambda fmt: cfg["loaders"][pool_for(fmt)]["workers"], self._load_range)
         self._reorder: Reorder[Finished] = Reorder(InFlight.most_files(
             cfg["run"]["max_files_in_flight"], EncodeStage.most_chunks_ahead(cfg["run"]["max_chunks_in_flight"])))
         self._total: int | None = None      # files pulled from the scan, once it is exhausted
-        self._open: dict[int, FileRef] = {}     # dispatched, not yet settled (bounded by what is in flight)
-        self._fatal: StoreError | RunError | None = None     # what stopped the run, if anything did
         self.pools: Pools | None = None
         self.stage: EncodeStage | None = None
         self.writer: Writer | None = None
-
-    def execute(self) -> int:
-        """Ingest the folder: the exit code (EXIT_OK, EXIT_FAILED, or 128 + the stop signal); a StoreError or
-        RunError that stopped the run is raised after the report is written."""
-        started = self.started = time.perf_counter()
-        with self.signals, remote.fetch_dir(self.root):        # a URL's objects are fetched there (ingest/remote.py)
-            try:
-                return self._execute(started)
-            except Interrupted:
-                return self._stopped_at_start(started)
-
-    def _execute(self, started: float) -> int:
-        cfg = self.cfg
-        try:
-            self.check()
-            load.import_plugins(tuple(cfg["loaders"]["plugins"]))
-            self.col = col = open_collection(cfg, self.reembed)
-        except START_ERRORS as exc:             # the report says why, then the one line (exit 2)
-            error = f"the run cannot start: {exc}" if isinstance(exc, OSError) else str(exc)
-            unwritten = self._report_unstarted(started, error, EXIT_ERROR)
-            if isinstance(exc, OSError) or unwritten:
-                raise RunError(error + unwritten) from None
-            raise
-        self.loader_options, self.ocr_options, self.spec = loader_options(cfg), ocr_options(cfg), chunk_spec(cfg, col.model)
-        if cfg["limits"]["worker_memory_mb"]:
-            # glibc reserves 64 MB of address space per malloc arena, up to 8 per core, and RLIMIT_AS
-            # counts reservations: without a cap, an OCR worker on 16 cores fails every page.
-            os.environ.setdefault("MALLOC_ARENA_MAX", "4")
-        for warning in col.warnings:          # a Lite store past its size (docs/scale.md): said at once, and reported
-            print(f"warning: {warning}", file=sys.stderr)
-        self.tally, self.progress = Tally(self.report_path, under(col.known, self.named)), Progress(self.quiet)
-        walk = remote.scan_url if remote.is_url(self.root) else lambda root, follow: scan(root, follow, self.named)
-        files = Scan(walk(self.root, cfg["run"]["follow_symlinks"]), self.progress.found)
-        self.signals.ingesting()
-        try:
-            self.ingest(files)
-        finally:
-            self.close()
-            self.progress.close()
-        fatal = self._fatal
-        if fatal is not None:                 # every file not written fails with the run's error (the scan's rest too)
-            for ref in chain([self._open[seq] for seq in sorted(self._open)], (ref for ref, _ in files)):
-                self.settle(Finished(ref, Outcome("failed", f"not written: {fatal}")))
-        try:
-            pruned = self._prune() if not (self.stopping.is_set() or fatal) else 0
-        except StoreError as exc:             # lease lost or store gone while pruning: the report says so
-            pruned, fatal = 0, exc
-        tally = self.tally
-        code = (EXIT_ERROR if fatal is not None else self.signals.exit_code if self.signals.exit_code is not None
-                else EXIT_FAILED if tally.by_status["failed"] else EXIT_OK)
-        # not_started: files the scan found that never ended; None when the scan did not finish (a stop
-        # before the end of the folder: what it holds beyond is unknown), which scan_finished says.
-        totals = tally.totals(time.perf_counter() - started, tally.rates(self.stage, self.writer),
-                              {"not_started": files.found - tally.files if files.finished else None,
-                               "scan_finished": files.finished, "pruned": pruned,
-                               "interrupted": self.stopping.is_set(), "signal": self.signals.name,
-                               "stopped_by": str(fatal) if fatal else None, "exit_code": code,
-                               **self.engine_totals(),
-                               "store": col.store.uri, "collection": col.store.collection, "model": col.model.name,
-                               "backend": col.backend, "warnings": col.warnings})
-        tally.write(totals)
-        self.totals = totals
-        self.last.record(col, self.report_path, totals, fatal)      # after the report: store first, then record
-        col.close(release=not isinstance(fatal, StoreError))
-        if not self.quiet:
-            print(summary(totals), file=sys.stderr)
-            print(f"report: {self.report_path}", file=sys.stderr)
-        if fatal is not None:
-            raise fatal                       # the CLI's one line, exit EXIT_ERROR (the report says so)
-        return code
-
-    # -- the local engine: what another engine replaces -------------------------------
-    def check(self) -> None:
-        """Refuse settings this engine cannot run with, before anything starts (ConfigError)."""
 
     def ingest(self, files: Iterator[tuple[FileRef, Outcome | None]]) -> None:
         """Every file of the scan (lazy: pulled as files are dispatched) through the pipeline; each file
@@ -204,6 +97,12 @@ class Run:
         return {"pools_replaced": self.pools.replaced, "first_row_s": w.first_row_s(self.started) if w else None,
                 "timeline": self.timeline.report(slots(self.cfg["loaders"], self.tally.by_format, self.stage.workers,
                                                        w.processes))}
+
+    def rates(self) -> dict[str, float]:
+        return self.tally.rates(self.stage, self.writer)
+
+    def on_stop(self) -> None:
+        self.events.put(Stop())
 
     def _loop(self, files: Iterator[tuple[FileRef, Outcome | None]], encode_thread: threading.Thread) -> None:
         max_chunks = self.cfg["run"]["max_chunks_in_flight"]
@@ -336,31 +235,7 @@ class Run:
             self.stage.feed.put(None)                  # end of input for the encoder
         if self._ranged.files:
             self._ranged.load(self.stage.chunks_ahead(self.cfg["run"]["max_chunks_in_flight"]), self._reorder.next)
-
     # -- stopping ---------------------------------------------------------------------
-    def _report_unstarted(self, started: float, stopped_by: str, code: int, **totals: Any) -> str:
-        """Write the report of a run that stopped before ingesting (report.write_unstarted): "" once
-        written, else why not."""
-        cfg, col = self.cfg, self.col
-        return write_unstarted(self.report_path, stopped_by, code, time.perf_counter() - started, {
-            **totals, "store": cfg["store"]["uri"], "collection": cfg["store"]["collection"],
-            "model": col.model.name if col is not None else cfg["model"]["name"],
-            "backend": col.backend if col is not None else None})
-
-    def _stopped_at_start(self, started: float) -> int:
-        """A stop signal came before ingesting began: the report says so; the exit code."""
-        col, name, code = self.col, self.signals.name, self.signals.exit_code
-        why = f"{name} while the run was starting"
-        self._report_unstarted(started, why, code, interrupted=True, signal=name)
-        if col is not None:
-            self.last.record(col, self.report_path, {"seconds": time.perf_counter() - started, "exit_code": code,
-                                                     "signal": name, "stopped_by": why})
-            col.close()
-        if not self.quiet:
-            print(f"\ningest: {name} while starting; nothing was ingested", file=sys.stderr)
-            print(f"report: {self.report_path}", file=sys.stderr)
-        return code
-
     def _interrupt(self) -> None:
         if not self.quiet:
             print(f"\n{self.signals.name}: writing what is already encoded (a second signal quits at once)",
@@ -379,21 +254,3 @@ class Run:
         if isinstance(exc, StoreError):
             return exc
         return RunError(f"encoding stopped the run: {' '.join(str(exc).split())[:300]}")
-
-    # -- every engine: the scan and the files as they end ---------------------------
-    def settle(self, file: Finished) -> None:
-        """`file` ends: every engine calls this once per file (the local one in file order). Its report line goes
-        to the spool, the counts and the bar move on, its source is seen (prune), an unlisted folder noted (Tally)."""
-        self._open.pop(file.ref.seq, None)
-        self.tally.add(file)
-        self.last.add(file)
-        self.progress.settled()
-
-    def _prune(self) -> int:
-        """--prune: remove the recorded files the scan saw gone (under the PATHs; not under a folder it could not list)."""
-        if self.prune:
-            return len(self.col.prune(self.tally.unseen, self.tally.unlisted))
-        if (gone := self.col.gone(self.tally.unseen, self.tally.unlisted)) and not self.quiet:
-            print(f"{len(gone)} file(s) in the store no longer exist in the folder; --prune removes them",
-                  file=sys.stderr)
-        return 0

@@ -1,7 +1,7 @@
 """`ingest run --engine ray`: the same run on Ray Data, on one machine or a cluster.
 
 The driver (this process) scans, plans each file against the manifest and records results as
-the local engine does (`ingest.run.Run`: same report, exit codes, incremental semantics); only
+the local engine does (`ingest.engines.run.Run`: same report, exit codes, incremental semantics); only
 `ingest` differs. Files for the loaders become one Ray dataset per loader pool (its load tasks
 reserve that pool's [ray.loader_cpus]), unioned into the encode actors ([ray] encode_actors,
 each with encode_gpus GPUs) and the writer actors ([ray] writers), as in Ray's own document
@@ -44,7 +44,7 @@ from ingest.config import ConfigError, FORMAT_POOLS
 from ingest.files import INTERRUPTED, FileRef, Finished, Outcome, Times
 from ingest.loaders import pool_for
 from ingest.engines.ray_stages import EncodeParts, LoadSettings, PartAck, WriteParts, dumps, load_files
-from ingest.engines.local import Run, RunError
+from ingest.engines.run import Run, RunError
 from ingest.engines.stop import SIGNALS
 from ingest.store import StoreError, is_local
 from ingest.timeline import unmeasured

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -123,7 +124,13 @@ class Tally:
             out.write('\n ],\n "totals": ' if self.files else '],\n "totals": ')
             out.write(json.dumps(totals, indent=1, ensure_ascii=False).replace("\n", "\n ") + "\n}")
         os.replace(tmp, path)
-        html_report.write(html_report.html_path(path), totals, self.digest)
+        page = html_report.html_path(path)
+        try:
+            html_report.write(page, totals, self.digest)
+        except OSError as exc:               # the JSON report is written and true: the page only shows it
+            page.with_name(page.name + ".tmp").unlink(missing_ok=True)
+            print(f"warning: no HTML report written to {page} ({exc.strerror or exc}); the JSON report {path} "
+                  "has everything", file=sys.stderr)
         if self._out is not None:
             self.spool.unlink(missing_ok=True)
 

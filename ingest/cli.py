@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="encode backend (default: [model] backend, \"auto\")")
     run.add_argument("--devices", help='encode devices: "auto", or a comma list such as cuda:0,cuda:1 or cpu,cpu')
     run.add_argument("--engine", choices=("local", "ray"),
-                     help="local processes, or Ray Data on [ray] address (default: [run] engine, \"local\")")
+                     help="local processes, or Ray on [ray] address (default: [run] engine, \"local\")")
     search = sub.add_parser("search", parents=[common], help="search the store")
     search.add_argument("query")
     search.add_argument("-k", type=int, default=5, help="number of hits (default 5)")

@@ -1,76 +1,82 @@
-"""`ingest run --engine ray`: the same run on Ray Data, on one machine or a cluster.
+"""`ingest run --engine ray`: the same run on Ray, on one machine or a cluster.
 
-The driver (this process) scans, plans each file against the manifest and records results as
-the local engine does (`ingest.engines.run.Run`: same report, exit codes, incremental semantics); only
-`ingest` differs. Files for the loaders become one Ray dataset per loader pool (its load tasks
-reserve that pool's [ray.loader_cpus]), unioned into the encode actors ([ray] encode_actors,
-each with encode_gpus GPUs) and the writer actors ([ray] writers), as in Ray's own document
-embedding benchmark. The stages are `ingest.engines.ray_stages`.
+The driver (this process) pulls the lazy scan and records results as the local engine does
+(`ingest.engines.run.Run`: same report, exit codes, incremental semantics); only `ingest` differs. It
+settles what needs no loader from the scan's stat alone (unchanged by size and mtime, a scan problem)
+and sends the rest, with their manifest entries, in load tasks: Ray generator tasks, reserving their
+pool's [ray.loader_cpus], that sniff, load and chunk the files and yield packs of parts as they fill.
+Each pack goes, as an object reference the driver never fetches, to the encode actor with the fewest
+packs outstanding ([ray] encode_actors, each with encode_gpus GPUs), and its vectors to a writer actor
+([ray] writers), whose acknowledgements the driver fetches. The stages are `ingest.engines.ray_stages`.
+Ray starts with the first file that needs a loader, so an unchanged rerun never starts it.
 
-NOTE (driver protocol): a consumer thread iterates the dataset's acknowledgements (one per
-part of a file, in no particular order across files) onto a queue; the main thread takes them
-with a timeout, checks Ctrl-C, the lease and the flush timer in between, and counts each
-file's parts. A file whose parts are all acknowledged joins the Ledger, which records it at
-the next flush (every FLUSH_EVERY_S, FLUSH_ROWS rows or FLUSH_FILES files, and at the end):
-store flushed first, then stale rows deleted, then the manifest written, exactly as the local
-writer does. A driver SIGKILLed at any point leaves files either recorded with all their rows
-durable, or unrecorded (the rerun redoes them; ids are deterministic, upserts idempotent).
-Ctrl-C stops the dataset; files already acknowledged are recorded, the rest fail
-"interrupted" (and lose the rows some of their parts stored, never their last good copy). An
-error in the dataset (an encode pool that cannot start) stops the run with one line (RunError);
-a store that does not answer stops it with a StoreError.
+NOTE (driver protocol): the main thread alone drives. It pulls the scan while fewer than
+TASKS_PER_SLOT load tasks per CPU slot run; a task goes out once it has its files (the first tasks
+TASK_FILES' least, doubling to its most, within BYTES_PER_TASK) or the scan ends or its first file
+waited BATCH_WAIT_S. It takes the next pack of a load task only while fewer than PACKS_PER_ENCODER
+packs per encode actor are unacknowledged (the task pauses GENERATOR_AHEAD packs ahead), so driver
+and object store memory are bounded whatever the folder's or a file's size. Every `ray.wait` has a
+timeout (0.5 s), after which it checks Ctrl-C, the lease and the flush timer. Each acknowledgement
+counts a part of its file; a file whose parts are all in joins the Ledger, which records it at the
+next flush (every FLUSH_EVERY_S, FLUSH_ROWS rows or FLUSH_FILES files, and at the end): store
+flushed first, then stale rows deleted, then the manifest written, exactly as the local writer does.
+A driver SIGKILLed at any point leaves files either recorded with all their rows durable, or
+unrecorded (the rerun redoes them; ids are deterministic, upserts idempotent). Ctrl-C stops intake
+and Ray; files already acknowledged are recorded, the rest fail "interrupted" (and lose the rows
+some of their parts stored, never their last good copy). A stage that raises (an encode pool that
+cannot start) stops the run with one line (RunError); a store that does not answer, with a StoreError.
 
-NOTE (faults): per-file timeouts and crash isolation are the loader pools' own, inside each
-load task (Ray has no task timeout). Ray restarts a dead encode or writer actor and retries
-its batch (Ray Data's actor defaults: max_restarts=-1, max_task_retries=-1); the ids are
-deterministic, so a batch written twice leaves the same rows.
+NOTE (faults): per-file timeouts and crash isolation are the loader pools' own, inside each load
+task (Ray has no task timeout). Ray restarts a dead encode or writer actor and retries its call
+(max_restarts=-1, max_task_retries=-1); a load task whose Ray worker dies is retried. The ids are
+deterministic, so a pack written twice leaves the same rows, and a part acknowledged twice counts once.
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
-import pickle
-import queue
 import signal
 import sys
 import threading
 import time
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from pathlib import PurePosixPath
 from typing import Any, Iterator
 
 from ingest import load, remote
 from ingest.config import ConfigError, FORMAT_POOLS
-from ingest.files import INTERRUPTED, FileRef, Finished, Outcome, Times
-from ingest.loaders import pool_for
-from ingest.engines.ray_stages import EncodeParts, LoadSettings, PartAck, WriteParts, dumps, load_files
+from ingest.engines.ray_stages import EncodeParts, LoadSettings, PartAck, WriteParts, load_files
 from ingest.engines.run import Run, RunError
 from ingest.engines.stop import SIGNALS
+from ingest.files import INTERRUPTED, FileRef, Finished, Outcome, Times
+from ingest.loaders import format_for_extension, pool_for
+from ingest.sniff import unchanged
 from ingest.store import StoreError, is_local
 from ingest.timeline import unmeasured
 from ingest.workers.limits import usable_cores
 from ingest.write import FLUSH_EVERY_S, FLUSH_FILES, FLUSH_ROWS, Ledger
 
-TASKS_PER_SLOT = 4           # load tasks per CPU slot of a pool: enough to balance, few enough to amortize a task
-FILES_PER_TASK = (4, 256)    # files per load task, at least and at most (a Ray task costs ~10 ms of CPU in all)
-BYTES_PER_TASK = 64 * 2 ** 20   # at most this much file data per task, on average
-PACKS_PER_ENCODE = 2         # rows of up to 256 chunks per encode call: the encode stage starts after 2 packs, not 8
-PACKS_PER_WRITE = 1          # a writer call per encode call (with 4 the first rows waited for 4: 19.8 -> 14.8 s at 10k)
+TASK_FILES = (8, 256)        # files per load task: the first tasks small (first rows soon), doubling to the most
+BYTES_PER_TASK = 64 * 2 ** 20   # at most this much file data per task
+BATCH_WAIT_S = 1.0           # a task's files go out after this long even if it is not full (a slow listing)
+TASKS_PER_SLOT = 2           # load tasks in flight per CPU slot of a pool: one running, one queued behind it
+PACKS_PER_ENCODER = 4        # packs sent to an encode actor whose writer has not answered yet
+GENERATOR_AHEAD = 4          # packs a load task yields before it waits for the driver to take them
 FORWARD_ENV = ("PYTHONPATH", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "MALLOC_ARENA_MAX")
-_END = object()
 
 
-def files_per_task(jobs: list[load.Job], slots: float) -> int:
-    """Files per load task of a pool with `slots` CPU slots: TASKS_PER_SLOT tasks a slot, within FILES_PER_TASK
-    and BYTES_PER_TASK (sized by bytes: a few big files a task, many tiny ones)."""
-    least, most = FILES_PER_TASK
-    average = sum(job.ref.size for job in jobs) / len(jobs)
-    most = max(1, min(most, int(BYTES_PER_TASK // max(average, 1))))
-    return max(min(least, most), min(most, math.ceil(len(jobs) / (TASKS_PER_SLOT * max(slots, 1)))))
+@dataclass
+class _Batch:
+    """The files of the next load task of a pool."""
+    files: list[tuple[FileRef, Any]] = field(default_factory=list)
+    bytes: int = 0
+    since: float = field(default_factory=time.monotonic)
 
 
 class RayRun(Run):
-    """The run with Ray Data as its engine (see NOTE)."""
+    """The run with Ray as its engine (see NOTE)."""
 
     def check(self) -> None:
         if is_local(self.cfg["store"]["uri"]) and self.cfg["ray"]["address"]:
@@ -78,26 +84,17 @@ class RayRun(Run):
                               "write; with [ray] address set, use a Milvus server URI (--store http://host:19530)")
 
     def ingest(self, files: Iterator[tuple[FileRef, Outcome | None]]) -> None:
-        files = list(files)                   # the driver still plans every file first (its rework: issue 22 item 5)
-        col = self.col
-        self.ledger = Ledger(col.store, col.manifest, col.settings)
-        self._parts: dict[int, int] = defaultdict(int)         # seq -> parts acknowledged
-        self._spent: dict[int, Times] = defaultdict(Times)     # seq -> its acknowledged parts' encode and write seconds
-        self._open = {ref.seq: ref for ref, _ in files}         # not settled yet (settle() forgets what ends)
-        self._done: set[int] = set()                            # files in the ledger or written
-        self._encoders: dict[str, int] = defaultdict(int)       # Ray node id -> rows it encoded
-        self._first_row_at: float | None = None                 # perf_counter of the first acknowledged rows
-        jobs: dict[str, list[load.Job]] = defaultdict(list)
-        for ref, problem in files:
-            job = load.plan(ref, problem, col.known.get(ref.source), col.settings, self.cfg["limits"]["max_file_mb"])
-            if isinstance(job, Finished):
-                self._file_done(load.drop_if_skipped(job, col.known))
-            else:
-                jobs[pool_for(job.ref.fmt)].append(job)
+        self.ledger = Ledger(self.col.store, self.col.manifest, self.col.settings)
+        self._waiting: dict[int, set[int]] = {}             # seq -> its parts acknowledged, for files sent to Ray
+        self._spent: dict[int, Times] = defaultdict(Times)  # seq -> its acknowledged parts' encode and write seconds
+        self._rows_by_node: dict[str, int] = defaultdict(int)
+        self._first_row_at: float | None = None             # perf_counter of the first acknowledged rows
+        self._batches: dict[str, _Batch] = {}
+        self._loads: list[Any] = []                          # load tasks' ObjectRefGenerators
+        self._calls: dict[Any, tuple[int, int]] = {}         # a writer call's ref -> (encode actor, writer)
+        self._ray: _Ray | None = None
         try:
-            if jobs:
-                col.store.ensure_collection(col.model.name, col.model.dim, col.backend)
-                self._stream(jobs)
+            self._stream(files)
             if not isinstance(self._fatal, StoreError):
                 self._commit()
         except StoreError as exc:
@@ -107,150 +104,178 @@ class RayRun(Run):
         for file in self.ledger.commit():
             self.settle(file)
 
-    def _stream(self, jobs: dict[str, list[load.Job]]) -> None:
+    def _stream(self, files: Iterator[tuple[FileRef, Outcome | None]]) -> None:
+        exhausted, rows_since, last_flush = False, 0, time.monotonic()
         try:
-            dataset = self._dataset(jobs)
-        except Exception as exc:
-            where = self.cfg["ray"]["address"] or "a local Ray"
-            self._fatal = RunError(f"cannot start the Ray engine on {where}: {' '.join(str(exc).split())[:300]}; "
-                                   "check [ray] address (and that `ray status` answers there)")
-            return
-        acks: queue.Queue = queue.Queue()
-        consumer = threading.Thread(target=self._consume, args=(dataset, acks), name="ingest-ray-acks",
-                                    daemon=True)
-        consumer.start()
-        rows_since, last_flush = 0, time.monotonic()
-        while not self.stopping.is_set():
-            try:
-                item = acks.get(timeout=0.5)
-            except queue.Empty:
-                item = None
-            if item is _END:
-                break
-            if isinstance(item, BaseException):
-                self._fatal = item if isinstance(item, StoreError) else RunError(
-                    f"the Ray dataset stopped the run: {' '.join(str(item).split())[:300]}")
-                break
-            try:
-                for ack in item or ():
-                    rows_since += self._acknowledged(ack)
+            while not self.stopping.is_set():
+                if not exhausted:
+                    exhausted = self._intake(files)
+                if exhausted and not self._loads and not self._calls:
+                    break
+                rows_since += self._pump()
                 self.col.check_lease()
                 if self.ledger.files and (rows_since >= FLUSH_ROWS or len(self.ledger.files) >= FLUSH_FILES
                                           or time.monotonic() - last_flush > FLUSH_EVERY_S):
                     self._commit()
                     rows_since, last_flush = 0, time.monotonic()
-            except StoreError as exc:
-                self._fatal = exc
-                break
+        except StoreError as exc:
+            self._fatal = exc
+        except _StageError as exc:
+            self._fatal = RunError(str(exc))
         if self.stopping.is_set() and not self.quiet:
             print("\ninterrupted: recording the files already written (Ctrl-C again to quit at once)",
                   file=sys.stderr)
         if self.stopping.is_set() or self._fatal is not None:
-            self._shutdown_ray()                 # stops the dataset; the consumer ends with it
-        consumer.join(timeout=10)
+            self._shutdown_ray()
         if self.stopping.is_set():                # a file with some rows stored loses them, not its last good copy
-            for seq, ref in list(self._open.items()):
-                if seq not in self._done:
-                    if ref.source in self.ledger.touched:
-                        self.ledger.failed.setdefault(ref.source, INTERRUPTED)
-                    entry = self.col.known.get(ref.source)
-                    self._file_done(Finished(ref, Outcome("failed", INTERRUPTED),
-                                             old_hash=entry.file_hash if entry else None))
+            for seq in sorted(self._waiting):
+                ref = self._open[seq]
+                if ref.source in self.ledger.touched:
+                    self.ledger.failed.setdefault(ref.source, INTERRUPTED)
+                entry = self.col.known.get(ref.source)
+                self._file_done(Finished(ref, Outcome("failed", INTERRUPTED), old_hash=entry.file_hash if entry else None))
+            self._waiting.clear()
+
+    # -- intake: the scan into load tasks --------------------------------------------
+    def _intake(self, files: Iterator[tuple[FileRef, Outcome | None]]) -> bool:
+        """Pull the scan until the load tasks in flight reach their bound; whether the scan ended."""
+        while self._ray is None or len(self._loads) < self._ray.most_loads:
+            for pool in [p for p, b in self._batches.items() if time.monotonic() - b.since > BATCH_WAIT_S]:
+                self._submit(pool)
+            item = next(files, None)
+            if item is None:
+                for pool in list(self._batches):
+                    self._submit(pool)
+                return True
+            ref, problem = item
+            entry = self.col.known.get(ref.source)
+            decided = self._decided(ref, problem, entry)
+            if isinstance(decided, Finished):
+                self._file_done(decided)
+                continue
+            self._open[ref.seq], self._waiting[ref.seq] = ref, set()
+            batch = self._batches.setdefault(decided, _Batch())
+            batch.files.append((ref, entry))
+            batch.bytes += ref.size
+            ray_ = self._ray or self._start()
+            if len(batch.files) >= ray_.task_files or batch.bytes >= BYTES_PER_TASK:
+                self._submit(decided)
+        return False
+
+    def _decided(self, ref: FileRef, problem: Outcome | None, entry: Any) -> Finished | str:
+        """The file as it ends without a loader (a scan problem, unchanged by size and mtime, a name no loader
+        claims and content none reads), else the loader pool of the task it goes in."""
+        if problem is None and (same := unchanged(ref, entry, self.col.settings)) is not None:
+            return same
+        fmt = None if problem else format_for_extension(PurePosixPath(ref.source).suffix)
+        if fmt is None:                           # sniffed here: rare, and it picks the task's pool
+            job = load.plan(ref, problem, entry, self.col.settings, self.cfg["limits"]["max_file_mb"])
+            if isinstance(job, Finished):
+                return load.drop_if_skipped(job, self.col.known)
+            fmt = job.ref.fmt
+        return pool_for(fmt)
+
+    def _submit(self, pool: str) -> None:
+        batch = self._batches.pop(pool)
+        self._loads.append(self._ray.load(pool, tuple(batch.files)))
+
+    # -- the stages' answers ---------------------------------------------------------
+    def _pump(self) -> int:
+        """Wait up to 0.5 s for packs and acknowledgements; send the packs on, count the acknowledgements.
+        Rows stored."""
+        import ray
+
+        waitables = list(self._calls) + (self._loads if self._ray and self._ray.has_room(len(self._calls)) else [])
+        if not waitables:
+            return 0
+        ready, _ = ray.wait(waitables, num_returns=len(waitables), timeout=0)
+        ready = ready or ray.wait(waitables, num_returns=1, timeout=0.5)[0]
+        rows = 0
+        for item in ready:
+            if item in self._calls:
+                self._ray.answered(*self._calls.pop(item))
+                try:
+                    acks = ray.get(item)
+                except ray.exceptions.RayError as exc:
+                    raise _StageError(f"the Ray engine stopped the run: {_first_line(exc)}") from None
+                for ack in acks:
+                    rows += self._acknowledged(ack)
+            elif self._ray.has_room(len(self._calls)):
+                try:
+                    pack = next(item)
+                except StopIteration:
+                    self._loads.remove(item)
+                    continue
+                self._calls[self._ray.send(pack)] = self._ray.sent
+        return rows
 
     def _acknowledged(self, ack: PartAck) -> int:
         """Count a part of its file; the file joins the ledger once all its parts are in. Rows stored."""
-        source = ack.file.ref.source
+        seq, source = ack.file.ref.seq, ack.file.ref.source
         if ack.unreachable:
             raise StoreError(ack.error)
+        parts = self._waiting.get(seq)
+        if parts is None or ack.index in parts:   # a retried task's part, already counted
+            return 0
         if ack.rows:
             self._first_row_at = self._first_row_at or time.perf_counter()
             self.ledger.touched.add(source)
-            self._encoders[ack.encoder] += ack.rows
+            self._rows_by_node[ack.encoder] += ack.rows
         if ack.error:
             self.ledger.failed.setdefault(source, ack.error)
-        seq = ack.file.ref.seq
-        self._parts[seq] += 1
+        parts.add(ack.index)
         self._spent[seq] += Times(encode=ack.encode_s, write=ack.write_s)
-        if self._parts[seq] == ack.count:
+        if len(parts) == ack.count:
+            del self._waiting[seq]
             outcome = ack.file.outcome
             self._file_done(replace(ack.file, outcome=replace(outcome, times=outcome.times + self._spent.pop(seq))))
         return ack.rows
 
     def _file_done(self, file: Finished) -> None:
-        self._done.add(file.ref.seq)
         self.ledger.files.append(file)
         self.progress.embedded(file.outcome.chunks if file.outcome.status == "ingested" else 0)
 
-    def _consume(self, dataset: Any, out: queue.Queue) -> None:
-        """Thread target: the dataset's acknowledgements onto `out`, then _END (or the exception)."""
-        try:
-            for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
-                out.put([ack for blob in batch["ack"] for ack in pickle.loads(blob)])
-            out.put(_END)
-        except BaseException as exc:
-            out.put(exc)
-
     # -- Ray ------------------------------------------------------------------------
-    def _dataset(self, jobs: dict[str, list[load.Job]]) -> Any:
-        import ray
-        import ray.data
-
-        r, col = self.cfg["ray"], self.col
-        self._connect()
-        context = ray.data.DataContext.get_current()
-        context.enable_progress_bars = False
-        context.print_on_execution_start = False
-        settings = LoadSettings(self.loader_options, self.ocr_options, self.spec, tuple(self.cfg["loaders"]["plugins"]),
-                                self.cfg["limits"]["worker_memory_mb"],
-                                tuple((p, float(self.cfg["loaders"][p]["timeout_s"])) for p in FORMAT_POOLS))
-        loaded = []
-        for pool, items in jobs.items():
-            cpus = r["loader_cpus"].get(pool, 1.0)          # a plugin's pool of its own: 1
-            # OCR in a load task runs on the CPUs the task reserves, not on the driver's share of its cores.
-            here = replace(settings, ocr_options=replace(settings.ocr_options, threads=max(1, round(cpus))))
-            blocks = math.ceil(len(items) / files_per_task(items, ray.cluster_resources().get("CPU", 1) / cpus))
-            ds = ray.data.from_items([{"job": dumps(job)} for job in items], override_num_blocks=blocks)
-            loaded.append(ds.map_batches(load_files, fn_kwargs={"settings": here}, batch_size=None, num_cpus=cpus))
-        ds = loaded[0].union(*loaded[1:]) if len(loaded) > 1 else loaded[0]
-        gpus = self._encode_gpus()
-        actors = r["encode_actors"]
-        if actors == "auto":
-            actors = max(1, int(ray.cluster_resources().get("GPU", 0) // gpus)) if gpus else 1
-        model_settings = {**self.cfg["model"], "backend": col.backend}
-        if gpus:
-            model_settings["devices"] = "auto"           # the actor sees only its own GPUs
-        ds = ds.map_batches(EncodeParts, fn_constructor_args=(col.model, model_settings), batch_size=PACKS_PER_ENCODE,
-                            compute=ray.data.ActorPoolStrategy(size=actors),
-                            num_gpus=gpus, num_cpus=r["encode_cpus"])
-        return ds.map_batches(WriteParts, fn_constructor_args=(col.store.endpoint(), self.cfg["store"]["batch_size"]),
-                              batch_size=PACKS_PER_WRITE, compute=ray.data.ActorPoolStrategy(size=r["writers"]),
-                              num_cpus=r["writer_cpus"])
-
-    def _encode_gpus(self) -> float:
-        import ray
-
-        gpus = self.cfg["ray"]["encode_gpus"]
-        if gpus == "auto":
-            return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
-        return float(gpus)
+    def _start(self) -> _Ray:
+        """Ray, its actors and the collection, at the first file that needs a loader (the collection is made
+        ready in a thread meanwhile Ray starts: each takes seconds)."""
+        where = self.cfg["ray"]["address"] or "a local Ray"
+        failed: list[BaseException] = []
+        col = self.col
+        thread = threading.Thread(target=_ensure, args=(col, failed), name="ingest-collection", daemon=True)
+        thread.start()
+        try:
+            self._connect()
+            settings = LoadSettings(self.loader_options, self.ocr_options, self.spec,
+                                    tuple(self.cfg["loaders"]["plugins"]), self.cfg["limits"]["worker_memory_mb"],
+                                    tuple((p, float(self.cfg["loaders"][p]["timeout_s"])) for p in FORMAT_POOLS),
+                                    col.settings, float(self.cfg["limits"]["max_file_mb"]))
+            self._ray = _Ray(self.cfg, col, settings)
+        except Exception as exc:
+            raise _StageError(f"cannot start the Ray engine on {where}: {_first_line(exc)}; "
+                              "check [ray] address (and that `ray status` answers there)") from None
+        finally:
+            thread.join()
+        if failed:
+            raise failed[0]
+        return self._ray
 
     def _connect(self) -> None:
-        """Join [ray] address, or start a local Ray for this run. Ray's workers get this process's
-        INGEST_* settings and PYTHONPATH (plugins), and never go online for a model."""
-        import logging
-
+        """Join [ray] address, or start a local Ray for this run. A cluster's workers get this process's
+        INGEST_* settings and PYTHONPATH (plugins) as their runtime env; a local Ray's inherit this
+        process's environment (a runtime env would cost the first tasks fresh workers: 1.2 s instead of
+        0.3). Neither goes online for a model."""
         import ray
 
         if ray.is_initialized():
             return
         r = self.cfg["ray"]
-        prefixes = ("INGEST_", *remote.forwarded_env(self.root))      # a URL's credentials and endpoint
-        env = {k: v for k, v in os.environ.items() if k.startswith(prefixes) or k in FORWARD_ENV}
-        env.setdefault("HF_HUB_OFFLINE", "1")
-        kwargs: dict[str, Any] = dict(runtime_env={"env_vars": env}, log_to_driver=False,
-                                      logging_level=logging.ERROR, configure_logging=True)
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        kwargs: dict[str, Any] = dict(log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
         if r["address"]:
-            kwargs["address"] = r["address"]
+            prefixes = ("INGEST_", *remote.forwarded_env(self.root))      # a URL's credentials and endpoint
+            env = {k: v for k, v in os.environ.items() if k.startswith(prefixes) or k in FORWARD_ENV}
+            kwargs.update(address=r["address"], runtime_env={"env_vars": env})
         else:
             # The actors' CPUs are counted on top of the cores, so load tasks always have CPUs to run on.
             actors = 1 if r["encode_actors"] == "auto" else r["encode_actors"]
@@ -267,7 +292,6 @@ class RayRun(Run):
                 for s, handler in handlers.items():
                     signal.signal(s, handler)
         logging.getLogger("ray").setLevel(logging.ERROR)
-        logging.getLogger("ray.data").setLevel(logging.ERROR)
 
     def _shutdown_ray(self) -> None:
         import ray
@@ -281,7 +305,87 @@ class RayRun(Run):
 
     def engine_totals(self) -> dict[str, Any]:
         first = getattr(self, "_first_row_at", None)
-        return {"engine": "ray", "rows_by_encoder_node": dict(getattr(self, "_encoders", {})),
+        return {"engine": "ray", "rows_by_encoder_node": dict(getattr(self, "_rows_by_node", {})),
                 "first_row_s": round(first - self.started, 3) if first else None,
                 "timeline": unmeasured("the Ray engine does not measure one; each file's line has its stages' "
                                         "seconds")}
+
+
+class _StageError(Exception):
+    """A Ray stage or Ray itself stopped the run (one line)."""
+
+
+def _ensure(col: Any, failed: list[BaseException]) -> None:
+    """Thread target: the collection ready for rows (a StoreError goes to `failed`)."""
+    try:
+        col.store.ensure_collection(col.model.name, col.model.dim, col.backend)
+    except BaseException as exc:
+        failed.append(exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+class _Ray:
+    """The run's Ray side: the load task per pool, the encode and writer actors, and how busy each is."""
+
+    def __init__(self, cfg: dict[str, Any], col: Any, settings: LoadSettings):
+        import ray
+
+        r, cpus = cfg["ray"], ray.cluster_resources().get("CPU", 1)
+        gpus = r["encode_gpus"]
+        if gpus == "auto":
+            gpus = 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
+        actors = r["encode_actors"]
+        if actors == "auto":
+            actors = max(1, int(ray.cluster_resources().get("GPU", 0) // gpus)) if gpus else 1
+        model_settings = {**cfg["model"], "backend": col.backend}
+        if gpus:
+            model_settings["devices"] = "auto"           # the actor sees only its own GPUs
+        restart = dict(max_restarts=-1, max_task_retries=-1)
+        encoder = ray.remote(EncodeParts).options(num_cpus=r["encode_cpus"], num_gpus=float(gpus), **restart)
+        writer = ray.remote(WriteParts).options(num_cpus=r["writer_cpus"], **restart)
+        self.encoders = [encoder.remote(col.model, model_settings) for _ in range(actors)]
+        self.writers = [writer.remote(col.store.endpoint(), cfg["store"]["batch_size"]) for _ in range(r["writers"])]
+        self.busy = [[0] * actors, [0] * r["writers"]]   # packs outstanding per encode actor, per writer
+        self.sent = (0, 0)
+        self._task, self._loader_cpus, self._settings = ray.remote(load_files), r["loader_cpus"], settings
+        self._pools: dict[str, tuple[Any, LoadSettings]] = {}   # pool -> its task's options and settings
+        slots = cpus / min(r["loader_cpus"].get(p, 1.0) for p in FORMAT_POOLS)
+        self.most_loads = max(2, math.ceil(TASKS_PER_SLOT * slots))
+        self.submitted = 0
+
+    @property
+    def task_files(self) -> int:
+        least, most = TASK_FILES
+        return min(most, least * 2 ** self.submitted)
+
+    def load(self, pool: str, files: tuple[tuple[FileRef, Any], ...]) -> Any:
+        """A load task for `files` (with their manifest entries) in `pool`: its ObjectRefGenerator of packs."""
+        self.submitted += 1
+        if pool not in self._pools:
+            need = self._loader_cpus.get(pool, 1.0)       # a plugin's pool of its own: 1
+            # OCR in a load task runs on the CPUs the task reserves, not on the driver's share of its cores.
+            here = replace(self._settings, ocr_options=replace(self._settings.ocr_options, threads=max(1, round(need))))
+            self._pools[pool] = (self._task.options(num_cpus=need, _generator_backpressure_num_objects=GENERATOR_AHEAD),
+                                 here)
+        task, settings = self._pools[pool]
+        return task.remote(files, settings)
+
+    def has_room(self, outstanding: int) -> bool:
+        return outstanding < PACKS_PER_ENCODER * len(self.encoders)
+
+    def send(self, pack: Any) -> Any:
+        """The pack (a reference) to the least busy encode actor, its vectors to the least busy writer: the
+        writer's answer (a reference); `sent` is who got it."""
+        busy_e, busy_w = self.busy
+        e, w = busy_e.index(min(busy_e)), busy_w.index(min(busy_w))
+        busy_e[e] += 1
+        busy_w[w] += 1
+        self.sent = (e, w)
+        return self.writers[w].write.remote(self.encoders[e].encode.remote(pack))
+
+    def answered(self, e: int, w: int) -> None:
+        self.busy[0][e] -= 1
+        self.busy[1][w] -= 1

@@ -1,44 +1,44 @@
-"""The Ray engine's stages, as Ray Data runs them on any node: load tasks, encode actors, writer actors.
+"""The Ray engine's stages, as Ray runs them on any node: load tasks, encode actors, writer actors.
 
-Each stage is the local engine's code in another host process: a load task runs a file's whole
-journey through loader pools of its own (`ingest.load.load_whole`: per-file timeouts and crash
-isolation as in the local engine), an encode actor runs an EncodePool (its worker process on the
-actor's GPU, or the CPU) and a writer actor upserts with its own store client. Only the encode
-actor touches ray (its node id): Ray Data calls these with blocks of rows.
+Each stage is the local engine's code in another host process: a load task sniffs and plans its
+files (it opens them; the driver only stats) and runs each file's whole journey through loader
+pools of its own (`load_whole`: per-file timeouts and crash isolation as in the local engine), an
+encode actor runs an EncodePool (its worker process on the actor's GPU, or the CPU) and a writer
+actor upserts with its own store client. Only the encode actor touches ray (its node id).
 
-Rows carry pickled values in one column: a load task turns each file into `Part`s (up to
+What travels between them: a load task (a Ray generator) turns each file into `Part`s (up to
 GROUP_CHUNKS chunks of one file with their token ids; a file without chunks is one empty part
-carrying its outcome) and packs consecutive parts into rows of about PACK_CHUNKS chunks (column
-"pack"); the encoder adds each part's vectors, or the error that fails its file; the writer
-answers one `PartAck` per part (column "ack"), which the driver counts per file.
+carrying its outcome) and yields consecutive parts as packs of about PACK_CHUNKS chunks, as they
+fill; the encoder returns the pack with each part's vectors, or the error that fails its file; the
+writer answers one `PartAck` per part, which the driver counts per file.
 """
 from __future__ import annotations
 
 import os
-import pickle
 import time
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from ingest import load, ocr, remote
 from ingest.chunk import ChunkSpec
 from ingest.encode import chunk_failure_text, file_parts, make_pool
-from ingest.files import Finished, Row
+from ingest.files import FileRef, Finished, Row
 from ingest.load import Job, import_plugins, init_loader_process
 from ingest.loaders import LoaderOptions, OcrOptions
 from ingest.model_ref import ModelRef
 from ingest.store import Endpoint, Store
+from ingest.store.manifest import Entry
 from ingest.timeline import Meter, shares
 from ingest.workers.encode import Pretokenized
 from ingest.workers.failure import Failure
 from ingest.workers.pool import Pools
 from ingest.store.writers import Ack, Batch, Batcher, Refused, Segment, Unreachable, upsert
 
-PACK_CHUNKS = 256            # chunks per row between stages (many small files share a row)
+PACK_CHUNKS = 512            # chunks per pack, one encode call each (many small files share a pack)
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,10 +80,8 @@ class LoadSettings:
     plugins: tuple[str, ...]
     memory_mb: int
     timeouts: tuple[tuple[str, float], ...]          # (pool, seconds per task)
-
-
-def dumps(value: Any) -> bytes:
-    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    manifest_settings: str                           # what the manifest records a file's settings as
+    max_file_mb: float
 
 
 def parts_of(file: Finished) -> list[Part]:
@@ -93,30 +91,28 @@ def parts_of(file: Finished) -> list[Part]:
             for i, (start, chunks, tokens) in enumerate(parts)]
 
 
-def packed(parts: list[Part]) -> list[bytes]:
-    """Consecutive parts in rows of about PACK_CHUNKS chunks."""
-    rows: list[list[Part]] = []
-    size = PACK_CHUNKS
+def packs(parts: Iterable[Part]) -> Iterator[tuple[Part, ...]]:
+    """Consecutive parts in packs of about PACK_CHUNKS chunks, each yielded once full (the last when they end)."""
+    pack: list[Part] = []
+    size = 0
     for part in parts:
-        if size + len(part.chunks) > PACK_CHUNKS or not rows:
-            rows.append([])
-            size = 0
-        rows[-1].append(part)
+        if pack and size + len(part.chunks) > PACK_CHUNKS:
+            yield tuple(pack)
+            pack, size = [], 0
+        pack.append(part)
         size += len(part.chunks)
-    return [dumps(tuple(row)) for row in rows]
-
-
-def unpacked(batch: dict[str, Any], column: str = "pack") -> list[Any]:
-    return [item for blob in batch[column] for item in pickle.loads(blob)]
+    if pack:
+        yield tuple(pack)
 
 
 # -- load tasks ------------------------------------------------------------------------------
 _pools: dict[LoadSettings, Pools] = {}
 
 
-def load_files(batch: dict[str, Any], settings: LoadSettings) -> dict[str, list[bytes]]:
-    """A Ray task: load, OCR and chunk each file of the block in loader pools that live as long as
-    this Ray worker process (one process per pool, started on first use)."""
+def load_files(files: tuple[tuple[FileRef, Entry | None], ...], settings: LoadSettings) -> Iterator[tuple[Part, ...]]:
+    """A Ray generator task: sniff, plan, load, OCR and chunk each file (with its manifest entry) in loader
+    pools that live as long as this Ray worker process (one process per pool, started on first use);
+    packs of parts as they fill."""
     pools = _pools.get(settings)
     if pools is None:
         import_plugins(settings.plugins)             # formats resolve to their pools here too
@@ -124,16 +120,24 @@ def load_files(batch: dict[str, Any], settings: LoadSettings) -> dict[str, list[
         timeouts = dict(settings.timeouts)
         pools = _pools[settings] = Pools({name: 1 for name in timeouts}, timeouts, init_loader_process,
                                          (settings.plugins, settings.memory_mb))
-    jobs: list[Job] = [pickle.loads(blob) for blob in batch["job"]]
+    planned = [load.plan(ref, None, entry, settings.manifest_settings, settings.max_file_mb) for ref, entry in files]
     # Every file's first load is queued at once, so the pools' workers go from file to file with no round
     # trip between (a pool's timeout counts from when its worker takes a task: workers/pool.py NOTE).
-    firsts = [load.submit(pools, job.ref, settings.options, settings.spec, job.known_hash) for job in jobs]
-    parts: list[Part] = []
-    for job, first in zip(jobs, firsts):
-        parts += parts_of(load_whole(pools, job, settings.options, settings.ocr_options, settings.spec,
-                                     dict(settings.timeouts)["ocr"], first))
+    firsts = [None if isinstance(job, Finished) else load.submit(pools, job.ref, settings.options, settings.spec,
+                                                                 job.known_hash) for job in planned]
+    yield from packs(part for (_, entry), job, first in zip(files, planned, firsts)
+                     for part in parts_of(_finish(pools, job, entry, first, settings)))
+
+
+def _finish(pools: Pools, job: Job | Finished, entry: Entry | None, first: Future | None,
+            settings: LoadSettings) -> Finished:
+    if isinstance(job, Finished):                    # skipped or failed by its sniff
+        return load.drop_if_skipped(job, {job.ref.source: entry} if entry else {})
+    try:
+        return load_whole(pools, job, settings.options, settings.ocr_options, settings.spec,
+                          dict(settings.timeouts)["ocr"], first)
+    finally:
         remote.discard(job.ref.path)
-    return {"pack": packed(parts)}
 
 
 def load_whole(pools: Pools, job: load.Job, options: LoaderOptions, ocr_options: OcrOptions, spec: ChunkSpec,
@@ -175,8 +179,7 @@ class EncodeParts:
         self.pool = make_pool(model, settings)
         self.meter = Meter(None, "encode")
 
-    def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
-        parts = unpacked(batch)
+    def encode(self, parts: tuple[Part, ...]) -> tuple[Part, ...]:
         groups = [(p, p.tokens) for p in parts if p.chunks]
         failures: list[tuple[int, int, BaseException]] = []         # appended by the pool's thread
         done: dict[int, Part] = {}
@@ -188,10 +191,10 @@ class EncodeParts:
             stats = self.pool.stats
             done[id(p)] = replace(p, tokens=None, vectors=None if error else vectors, error=error, encoder=self.node,
                                   encode_s=self.meter.charge(stats["encode_s"], stats["chunks"], len(p.chunks)))
-        return {"pack": [dumps(tuple(done.get(id(p), p) for p in parts))]}
+        return tuple(done.get(id(p), p) for p in parts)
 
     def __del__(self) -> None:
-        """Ray Data drops the actor's object when the dataset is done: stop the encode worker with it."""
+        """The actor's object goes with the run: stop the encode worker with it."""
         pool = getattr(self, "pool", None)
         if pool is not None:
             pool.close()
@@ -206,8 +209,7 @@ class WriteParts:
         self.endpoint, self.batch_rows = endpoint, batch_rows
         self.store: Store | None = None
 
-    def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
-        parts = unpacked(batch)
+    def write(self, parts: tuple[Part, ...]) -> tuple[PartAck, ...]:
         self.store = self.store or Store.at(self.endpoint)
         errors: dict[str, tuple[str, bool]] = {}            # source -> (error, unreachable)
         stored: dict[str, set[int]] = {}                    # source -> chunks in acknowledged batches
@@ -226,7 +228,7 @@ class WriteParts:
             mine = stored.get(source, set()).intersection(range(p.start, p.start + len(p.chunks)))
             write_s = spent.get(source, 0.0) * len(p.chunks) / sizes[source] if sizes[source] else 0.0
             acks.append(PartAck(p.file, p.index, p.count, len(mine), error, unreachable, p.encoder, p.encode_s, write_s))
-        return {"ack": [dumps(tuple(acks))]}
+        return tuple(acks)
 
     def _batches(self, parts: list[Part]) -> list[Batch]:
         batcher, batches = Batcher(self.batch_rows), []

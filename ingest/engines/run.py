@@ -10,7 +10,7 @@ from the first line of `execute` (ingest/engines/stop.py). While the run starts 
 collection, ONNX export, scan) the handler raises Interrupted, which ends whatever step is running; the
 report says so. Once ingesting, the first signal sets `stopping` and calls the engine's `on_stop`: the
 engine stops intake and lets the writer store what is already encoded (ingest/engines/local.py NOTE;
-the Ray engine stops its dataset and records the files already acknowledged); then the report is
+the Ray engine stops intake and Ray and records the files already acknowledged); then the report is
 written and the exit code is 128 + the signal (130, 143), which the report names. A second signal, or
 STOP_GRACE_S after the first, quits at once with that code (no report; workers follow via their
 watchdogs; the rerun redoes what was not recorded).

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 
 from conftest import cli_env, ingest, ray_config, run_on, server_rows
+from ingest.files import INTERRUPTED
 from test_faults import FAULT_CONFIG
 from test_pipeline import PHRASES, build_folder
 
@@ -147,8 +148,13 @@ def test_a_milvus_lite_file_cannot_be_written_from_a_cluster(work: Path) -> None
 
 
 def test_sigterm_stops_a_run_that_started_its_own_ray_with_a_report(milvus_uri: str, work: Path) -> None:
-    """ray.init of a local Ray installs a SIGTERM handler that exits 1: the run's own comes back."""
+    """ray.init of a local Ray installs a SIGTERM handler that exits 1: the run's own comes back. Issue 22:
+    the driver streams the scan into load tasks, so the first rows come while most of the folder is unread."""
     many_texts(work / "docs", 16, ext="slowtxt")
+    for i in range(2500):                        # far more than the load tasks in flight hold (12 tasks here)
+        folder = work / "docs" / f"more{i // 500}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"m{i:04}.slowtxt").write_text(f"Slow note {i}: otters hold hands while they sleep.")
     config = '[loaders]\nplugins = ["fault_loaders"]\n' + NULL + '[run]\nengine = "ray"\n[ray]\ncpus = 3\n'
     driver = _start(work, "ray_sigterm", milvus_uri, config, INGEST_TEST_SLOW_S="1")
     deadline = time.monotonic() + 240
@@ -158,5 +164,9 @@ def test_sigterm_stops_a_run_that_started_its_own_ray_with_a_report(milvus_uri: 
     driver.send_signal(signal.SIGTERM)
     out, err = driver.communicate(timeout=120)
     assert driver.returncode == 143, err
-    totals = json.loads((work / "report.json").read_text())["totals"]
+    report = json.loads((work / "report.json").read_text())
+    totals = report["totals"]
     assert totals["signal"] == "SIGTERM" and totals["interrupted"] and totals["exit_code"] == 143, totals
+    assert totals["scan_finished"] is False and totals["not_started"] is None, totals
+    assert 8 <= totals["files"] < 2516 and totals["by_status"].get("ingested", 0) >= 1, totals
+    assert {f["error"] for f in report["files"] if f["status"] == "failed"} <= {INTERRUPTED}

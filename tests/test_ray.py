@@ -170,3 +170,68 @@ def test_sigterm_stops_a_run_that_started_its_own_ray_with_a_report(milvus_uri: 
     assert totals["scan_finished"] is False and totals["not_started"] is None, totals
     assert 8 <= totals["files"] < 2516 and totals["by_status"].get("ingested", 0) >= 1, totals
     assert {f["error"] for f in report["files"] if f["status"] == "failed"} <= {INTERRUPTED}
+
+
+def test_a_big_file_streams_by_range_with_the_local_engines_rows_and_a_failing_range_keeps_the_last_good_copy(
+        milvus_uri: str, ray_address: str, work: Path, monkeypatch) -> None:
+    """Issue 22 item 2 on Ray: a load task yields a big file's ranges as they load (ray_stages.load_streamed),
+    numbered parts whose count comes with the last; a range that fails fails the file, the old rows stay."""
+    from test_big_files import _markdown, _rows
+
+    docs = work / "docs"
+    (docs / "manual.md").write_text(_markdown(30, 40), encoding="utf-8")            # ~0.5 MB: ~16 ranges
+    lines = [f"line{i:05d} " + " ".join(SENTENCES[i % 4].split()[:6]) for i in range(6000)]
+    (docs / "log.txt").write_text("\n".join(lines), encoding="utf-8")               # ~0.3 MB: ~9 ranges
+    monkeypatch.setenv("INGEST_RANGE_BYTES", "32768")
+    config = NULL + "[limits]\nmax_text_mb = 1\n"
+    local = run_on(milvus_uri, "big_local", work, config=config)
+    ray = run_on(milvus_uri, "big_ray", work, config=config + ray_config(ray_address))
+    assert local.rc == ray.rc == 0, ray.stderr
+    assert {p: f["chunks"] for p, f in ray.by_path().items()} == {p: f["chunks"] for p, f in local.by_path().items()}
+    strip = lambda rows: [{k: r[k] for k in ("source", "chunk", "text", "headings")} for r in rows]
+    got = _rows(milvus_uri, "big_ray")
+    assert len(got) > 100 and strip(got) == strip(_rows(milvus_uri, "big_local"))
+
+    good = ids(milvus_uri, "big_ray")
+    (docs / "log.txt").write_text("\n".join(lines[:3000] + ["x" * (1200 * 1024)] + lines[3000:]), encoding="utf-8")
+    again = run_on(milvus_uri, "big_ray", work, config=config + ray_config(ray_address))
+    assert again.rc == 1, again.stderr
+    files = again.by_path()
+    assert files["log.txt"]["status"] == "failed" and "loading bytes" in files["log.txt"]["error"], files
+    assert files["manual.md"]["status"] == "unchanged"
+    assert ids(milvus_uri, "big_ray") == good                   # the old version, whole; none of the new one's rows
+
+
+def test_a_load_task_yields_a_big_files_ranges_as_they_load(work: Path, monkeypatch) -> None:
+    """ray_stages.load_streamed in this process: a file of ~16 ranges comes as pieces, in order, the first
+    before the later ranges load (at most RANGES_AHEAD + 1 loading), so a load task never holds it whole."""
+    from test_big_files import _markdown
+
+    from ingest import load
+    from ingest.config import FORMAT_POOLS, chunk_spec, load_config, loader_options, ocr_options
+    from ingest.engines.ray_stages import RANGES_AHEAD, load_streamed
+    from ingest.files import FileRef
+    from ingest.model_ref import resolve_model
+    from ingest.workers.pool import Pools
+
+    monkeypatch.setenv("INGEST_RANGE_BYTES", "32768")
+    path = work / "manual.md"
+    path.write_text(_markdown(30, 40), encoding="utf-8")
+    cfg = load_config(None)
+    ref = FileRef(0, "manual.md", str(path), path.stat().st_size, path.stat().st_mtime_ns, fmt="md")
+    pools = Pools({p: 1 for p in FORMAT_POOLS}, {p: 60.0 for p in FORMAT_POOLS}, load.init_loader_process, ((), 0))
+    submitted: list[int] = []
+    real = load.submit_range
+    monkeypatch.setattr(load, "submit_range", lambda *a: submitted.append(1) or real(*a))
+    try:
+        pieces = load_streamed(pools, load.Job(ref, None, "", 0), loader_options(cfg), ocr_options(cfg),
+                               chunk_spec(cfg, resolve_model()), 60.0)
+        first = next(pieces)
+        assert not first.last and first.start == 0 and first.chunk_count > 0
+        assert len(submitted) <= RANGES_AHEAD + 1                # the rest of the file is not loading yet
+        rest = list(pieces)
+    finally:
+        pools.stop()
+    assert len(rest) >= 10 and rest[-1].last and rest[-1].outcome.status == "ingested"
+    starts = [p.start for p in [first, *rest]]
+    assert starts == sorted(starts) and rest[-1].outcome.chunks == sum(p.chunk_count for p in [first, *rest])

@@ -68,6 +68,14 @@ FORWARD_ENV = ("PYTHONPATH", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "MALLOC
 
 
 @dataclass
+class _Sent:
+    """A file sent to Ray: its parts acknowledged, their encode and write seconds, its last part's answer."""
+    parts: set[int] = field(default_factory=set)
+    spent: Times = field(default_factory=Times)
+    last: PartAck | None = None
+
+
+@dataclass
 class _Batch:
     """The files of the next load task of a pool."""
     files: list[tuple[FileRef, Any]] = field(default_factory=list)
@@ -85,8 +93,7 @@ class RayRun(Run):
 
     def ingest(self, files: Iterator[tuple[FileRef, Outcome | None]]) -> None:
         self.ledger = Ledger(self.col.store, self.col.manifest, self.col.settings)
-        self._waiting: dict[int, set[int]] = {}             # seq -> its parts acknowledged, for files sent to Ray
-        self._spent: dict[int, Times] = defaultdict(Times)  # seq -> its acknowledged parts' encode and write seconds
+        self._waiting: dict[int, _Sent] = {}                # seq -> the file's parts acknowledged, for files sent to Ray
         self._rows_by_node: dict[str, int] = defaultdict(int)
         self._first_row_at: float | None = None             # perf_counter of the first acknowledged rows
         self._batches: dict[str, _Batch] = {}
@@ -153,7 +160,7 @@ class RayRun(Run):
             if isinstance(decided, Finished):
                 self._file_done(decided)
                 continue
-            self._open[ref.seq], self._waiting[ref.seq] = ref, set()
+            self._open[ref.seq], self._waiting[ref.seq] = ref, _Sent()
             batch = self._batches.setdefault(decided, _Batch())
             batch.files.append((ref, entry))
             batch.bytes += ref.size
@@ -210,12 +217,13 @@ class RayRun(Run):
         return rows
 
     def _acknowledged(self, ack: PartAck) -> int:
-        """Count a part of its file; the file joins the ledger once all its parts are in. Rows stored."""
+        """Count a part of its file; the file joins the ledger once all its parts are in (their number comes
+        with the last, which carries the file's outcome). Rows stored."""
         seq, source = ack.file.ref.seq, ack.file.ref.source
         if ack.unreachable:
             raise StoreError(ack.error)
-        parts = self._waiting.get(seq)
-        if parts is None or ack.index in parts:   # a retried task's part, already counted
+        state = self._waiting.get(seq)
+        if state is None or ack.index in state.parts:   # a retried task's part, already counted
             return 0
         if ack.rows:
             self._first_row_at = self._first_row_at or time.perf_counter()
@@ -223,12 +231,14 @@ class RayRun(Run):
             self._rows_by_node[ack.encoder] += ack.rows
         if ack.error:
             self.ledger.failed.setdefault(source, ack.error)
-        parts.add(ack.index)
-        self._spent[seq] += Times(encode=ack.encode_s, write=ack.write_s)
-        if len(parts) == ack.count:
+        state.parts.add(ack.index)
+        state.spent += Times(encode=ack.encode_s, write=ack.write_s)
+        if ack.count:
+            state.last = ack
+        if state.last is not None and len(state.parts) == state.last.count:
             del self._waiting[seq]
-            outcome = ack.file.outcome
-            self._file_done(replace(ack.file, outcome=replace(outcome, times=outcome.times + self._spent.pop(seq))))
+            file = state.last.file
+            self._file_done(replace(file, outcome=replace(file.outcome, times=file.outcome.times + state.spent)))
         return ack.rows
 
     def _file_done(self, file: Finished) -> None:

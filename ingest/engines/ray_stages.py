@@ -2,7 +2,7 @@
 
 Each stage is the local engine's code in another host process: a load task sniffs and plans its
 files (it opens them; the driver only stats) and runs each file's whole journey through loader
-pools of its own (`load_whole`: per-file timeouts and crash isolation as in the local engine), an
+pools of its own (`load_streamed`: per-file timeouts and crash isolation as in the local engine), an
 encode actor runs an EncodePool (its worker process on the actor's GPU, or the CPU) and a writer
 actor upserts with its own store client. Only the encode actor touches ray (its node id).
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter
+from collections import Counter, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator
@@ -38,12 +38,14 @@ from ingest.workers.failure import Failure
 from ingest.workers.pool import Pools
 from ingest.store.writers import Ack, Batch, Batcher, Refused, Segment, Unreachable, upsert
 
+RANGES_AHEAD = 2             # a big file's ranges loading ahead of the one its load task waits for
 PACK_CHUNKS = 512            # chunks per pack, one encode call each (many small files share a pack)
 
 
 @dataclass(frozen=True, eq=False)
 class Part:
-    """Chunks [start, start + len(chunks)) of a file, part `index` of its `count`."""
+    """Chunks [start, start + len(chunks)) of a file, its part `index`. Only its last part knows the file's
+    parts (`count`; 0 on the others) and outcome (`file`; an earlier part's is its piece's)."""
     file: Finished                                   # without its pages (they are in the parts)
     index: int
     count: int
@@ -58,8 +60,9 @@ class Part:
 
 @dataclass(frozen=True)
 class PartAck:
-    """The writer's answer for one part: its rows the store acknowledged (also when its file fails: the
-    driver then removes them), and the error that fails the file, if any."""
+    """The writer's answer for one part (`index`, `count` and `file` as in its Part): its rows the store
+    acknowledged (also when its file fails: the driver then removes them), and the error that fails the
+    file, if any."""
     file: Finished
     index: int
     count: int
@@ -82,13 +85,6 @@ class LoadSettings:
     timeouts: tuple[tuple[str, float], ...]          # (pool, seconds per task)
     manifest_settings: str                           # what the manifest records a file's settings as
     max_file_mb: float
-
-
-def parts_of(file: Finished) -> list[Part]:
-    parts = [(start, tuple(chunks), tokens) for start, chunks, tokens, _ in file_parts(file)]
-    meta = replace(file, pages=())
-    return [Part(meta, i, len(parts), start, chunks, tokens if chunks else None)
-            for i, (start, chunks, tokens) in enumerate(parts)]
 
 
 def packs(parts: Iterable[Part]) -> Iterator[tuple[Part, ...]]:
@@ -126,45 +122,63 @@ def load_files(files: tuple[tuple[FileRef, Entry | None], ...], settings: LoadSe
     firsts = [None if isinstance(job, Finished) else load.submit(pools, job.ref, settings.options, settings.spec,
                                                                  job.known_hash) for job in planned]
     yield from packs(part for (_, entry), job, first in zip(files, planned, firsts)
-                     for part in parts_of(_finish(pools, job, entry, first, settings)))
+                     for part in _parts(_pieces(pools, job, entry, first, settings)))
 
 
-def _finish(pools: Pools, job: Job | Finished, entry: Entry | None, first: Future | None,
-            settings: LoadSettings) -> Finished:
+def _parts(pieces: Iterator[Finished]) -> Iterator[Part]:
+    """A file's pieces (its parts as they are ready, the last with its outcome) as Parts of up to GROUP_CHUNKS
+    chunks, numbered; the last Part carries the file's count of Parts."""
+    held, index = None, 0
+    for piece in pieces:
+        meta = replace(piece, pages=())
+        for start, chunks, tokens, _ in file_parts(piece):
+            if held is not None:
+                yield held
+            held = Part(meta, index, 0, start, tuple(chunks), tokens if chunks else None)
+            index += 1
+    yield replace(held, count=index)
+
+
+def _pieces(pools: Pools, job: Job | Finished, entry: Entry | None, first: Future | None,
+            settings: LoadSettings) -> Iterator[Finished]:
     if isinstance(job, Finished):                    # skipped or failed by its sniff
-        return load.drop_if_skipped(job, {job.ref.source: entry} if entry else {})
+        yield load.drop_if_skipped(job, {job.ref.source: entry} if entry else {})
+        return
     try:
-        return load_whole(pools, job, settings.options, settings.ocr_options, settings.spec,
-                          dict(settings.timeouts)["ocr"], first)
+        yield from load_streamed(pools, job, settings.options, settings.ocr_options, settings.spec,
+                                 dict(settings.timeouts)["ocr"], first)
     finally:
         remote.discard(job.ref.path)
 
 
-def load_whole(pools: Pools, job: load.Job, options: LoaderOptions, ocr_options: OcrOptions, spec: ChunkSpec,
-               ocr_timeout_s: float, submitted: Future | None = None) -> Finished:
-    """Load, OCR and chunk one file in `pools` (whose OCR pages have `ocr_timeout_s`), waiting for each step:
-    the file's whole journey through the loaders in the caller's thread (the Ray engine's load tasks), its
-    parts joined into one Finished; `submitted`: its first load, if already queued. Every wait is bounded
-    by the pools' time limits."""
+def load_streamed(pools: Pools, job: load.Job, options: LoaderOptions, ocr_options: OcrOptions, spec: ChunkSpec,
+                  ocr_timeout_s: float, submitted: Future | None = None) -> Iterator[Finished]:
+    """Load, OCR and chunk one file in `pools` (whose OCR pages have `ocr_timeout_s`) in the caller's thread (the
+    Ray engine's load tasks): its pieces in order as they are ready (`load.Pages.ready`; a big file's ranges,
+    RANGES_AHEAD loading at a time, so a 1 GB file is never held whole), the last with the file's outcome;
+    `submitted`: its first load, if already queued. Every wait is bounded by the pools' time limits."""
     submitted = submitted or load.submit(pools, job.ref, options, spec, job.known_hash)
     ref, first = job.ref, submitted.result()
     state = load.after_load(ref, first, job.old_hash, job.known_chunks)
     if isinstance(state, Finished):
-        return state
-    loads = [(0, first)] + [load.submit_range(pools, state, options, spec) for _ in range(len(state.todo))]
-    pages: list[tuple[int, int, Future]] = []
-    for part, result in loads:
+        yield state
+        return
+    loading: deque[tuple[int, load.Loaded | Future]] = deque([(0, first)])
+    while loading:
+        while state.todo and len(loading) <= RANGES_AHEAD:
+            loading.append(load.submit_range(pools, state, options, spec))
+        part, result = loading.popleft()
         result = result if isinstance(result, (load.Loaded, Failure)) else result.result()
         if part:
             state.add_part(part, result)
         if isinstance(result, load.Loaded):
-            pages += [(part, page, f) for page, f in ocr.fan_out(pools, ref.path, result.ocr_pages, ocr_options, spec,
-                                                                 state.doc, ocr_timeout_s)]
-    for part, page, future in pages:
-        state.add_ocr(part, page, future.result())
-    parts = state.ready()
-    ingested = parts[-1].outcome.status == "ingested"
-    return replace(parts[-1], pages=tuple(p for part in parts for p in part.pages) if ingested else (), start=0)
+            for page, future in ocr.fan_out(pools, ref.path, result.ocr_pages, ocr_options, spec, state.doc,
+                                            ocr_timeout_s):
+                state.add_ocr(part, page, future.result())
+        yield from state.ready()
+        if state.ended:
+            return
+    yield state.fail("its parts did not all load")        # not expected: every part's result was taken
 
 
 # -- encode actors ---------------------------------------------------------------------------

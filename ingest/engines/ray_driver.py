@@ -14,7 +14,7 @@ NOTE (driver protocol): the main thread alone drives. It pulls the scan while fe
 TASKS_PER_SLOT load tasks per CPU slot run; a task goes out once it has its files (the first tasks
 TASK_FILES' least, doubling to its most, within BYTES_PER_TASK) or the scan ends or its first file
 waited BATCH_WAIT_S. It takes the next pack of a load task only while fewer than PACKS_PER_ENCODER
-packs per encode actor are unacknowledged (the task pauses GENERATOR_AHEAD packs ahead), so driver
+packs per encode actor are unacknowledged (the task pauses GENERATOR_AHEAD packs ahead; these three in ray_flow.py), so driver
 and object store memory are bounded whatever the folder's or a file's size. Every `ray.wait` has a
 timeout (0.5 s), after which it checks Ctrl-C, the lease and the flush timer. Each acknowledgement
 counts a part of its file; a file whose parts are all in joins the Ledger, which records it at the
@@ -47,7 +47,8 @@ from typing import Any, Iterator
 
 from ingest import load, remote
 from ingest.config import ConfigError, FORMAT_POOLS
-from ingest.engines.ray_stages import EncodeParts, LoadSettings, PartAck, WriteParts, load_files
+from ingest.engines.ray_flow import Flow
+from ingest.engines.ray_stages import LoadSettings, PartAck
 from ingest.engines.run import Run, RunError
 from ingest.engines.stop import SIGNALS
 from ingest.files import INTERRUPTED, FileRef, Finished, Outcome, Times
@@ -58,12 +59,8 @@ from ingest.timeline import unmeasured
 from ingest.workers.limits import usable_cores
 from ingest.write import FLUSH_EVERY_S, FLUSH_FILES, FLUSH_ROWS, Ledger
 
-TASK_FILES = (8, 256)        # files per load task: the first tasks small (first rows soon), doubling to the most
 BYTES_PER_TASK = 64 * 2 ** 20   # at most this much file data per task
 BATCH_WAIT_S = 1.0           # a task's files go out after this long even if it is not full (a slow listing)
-TASKS_PER_SLOT = 2           # load tasks in flight per CPU slot of a pool: one running, one queued behind it
-PACKS_PER_ENCODER = 4        # packs sent to an encode actor whose writer has not answered yet
-GENERATOR_AHEAD = 4          # packs a load task yields before it waits for the driver to take them
 FORWARD_ENV = ("PYTHONPATH", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "MALLOC_ARENA_MAX")
 
 
@@ -99,7 +96,7 @@ class RayRun(Run):
         self._batches: dict[str, _Batch] = {}
         self._loads: list[Any] = []                          # load tasks' ObjectRefGenerators
         self._calls: dict[Any, tuple[int, int]] = {}         # a writer call's ref -> (encode actor, writer)
-        self._ray: _Ray | None = None
+        self._ray: Flow | None = None
         try:
             self._stream(files)
             if not isinstance(self._fatal, StoreError):
@@ -246,7 +243,7 @@ class RayRun(Run):
         self.progress.embedded(file.outcome.chunks if file.outcome.status == "ingested" else 0)
 
     # -- Ray ------------------------------------------------------------------------
-    def _start(self) -> _Ray:
+    def _start(self) -> Flow:
         """Ray, its actors and the collection, at the first file that needs a loader (the collection is made
         ready in a thread meanwhile Ray starts: each takes seconds)."""
         where = self.cfg["ray"]["address"] or "a local Ray"
@@ -260,7 +257,7 @@ class RayRun(Run):
                                     tuple(self.cfg["loaders"]["plugins"]), self.cfg["limits"]["worker_memory_mb"],
                                     tuple((p, float(self.cfg["loaders"][p]["timeout_s"])) for p in FORMAT_POOLS),
                                     col.settings, float(self.cfg["limits"]["max_file_mb"]))
-            self._ray = _Ray(self.cfg, col, settings)
+            self._ray = Flow(self.cfg, col, settings)
         except Exception as exc:
             raise _StageError(f"cannot start the Ray engine on {where}: {_first_line(exc)}; "
                               "check [ray] address (and that `ray status` answers there)") from None
@@ -335,67 +332,3 @@ def _ensure(col: Any, failed: list[BaseException]) -> None:
 
 def _first_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
-
-
-class _Ray:
-    """The run's Ray side: the load task per pool, the encode and writer actors, and how busy each is."""
-
-    def __init__(self, cfg: dict[str, Any], col: Any, settings: LoadSettings):
-        import ray
-
-        r, cpus = cfg["ray"], ray.cluster_resources().get("CPU", 1)
-        gpus = r["encode_gpus"]
-        if gpus == "auto":
-            gpus = 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
-        actors = r["encode_actors"]
-        if actors == "auto":
-            actors = max(1, int(ray.cluster_resources().get("GPU", 0) // gpus)) if gpus else 1
-        model_settings = {**cfg["model"], "backend": col.backend}
-        if gpus:
-            model_settings["devices"] = "auto"           # the actor sees only its own GPUs
-        restart = dict(max_restarts=-1, max_task_retries=-1)
-        encoder = ray.remote(EncodeParts).options(num_cpus=r["encode_cpus"], num_gpus=float(gpus), **restart)
-        writer = ray.remote(WriteParts).options(num_cpus=r["writer_cpus"], **restart)
-        self.encoders = [encoder.remote(col.model, model_settings) for _ in range(actors)]
-        self.writers = [writer.remote(col.store.endpoint(), cfg["store"]["batch_size"]) for _ in range(r["writers"])]
-        self.busy = [[0] * actors, [0] * r["writers"]]   # packs outstanding per encode actor, per writer
-        self.sent = (0, 0)
-        self._task, self._loader_cpus, self._settings = ray.remote(load_files), r["loader_cpus"], settings
-        self._pools: dict[str, tuple[Any, LoadSettings]] = {}   # pool -> its task's options and settings
-        slots = cpus / min(r["loader_cpus"].get(p, 1.0) for p in FORMAT_POOLS)
-        self.most_loads = max(2, math.ceil(TASKS_PER_SLOT * slots))
-        self.submitted = 0
-
-    @property
-    def task_files(self) -> int:
-        least, most = TASK_FILES
-        return min(most, least * 2 ** self.submitted)
-
-    def load(self, pool: str, files: tuple[tuple[FileRef, Any], ...]) -> Any:
-        """A load task for `files` (with their manifest entries) in `pool`: its ObjectRefGenerator of packs."""
-        self.submitted += 1
-        if pool not in self._pools:
-            need = self._loader_cpus.get(pool, 1.0)       # a plugin's pool of its own: 1
-            # OCR in a load task runs on the CPUs the task reserves, not on the driver's share of its cores.
-            here = replace(self._settings, ocr_options=replace(self._settings.ocr_options, threads=max(1, round(need))))
-            self._pools[pool] = (self._task.options(num_cpus=need, _generator_backpressure_num_objects=GENERATOR_AHEAD),
-                                 here)
-        task, settings = self._pools[pool]
-        return task.remote(files, settings)
-
-    def has_room(self, outstanding: int) -> bool:
-        return outstanding < PACKS_PER_ENCODER * len(self.encoders)
-
-    def send(self, pack: Any) -> Any:
-        """The pack (a reference) to the least busy encode actor, its vectors to the least busy writer: the
-        writer's answer (a reference); `sent` is who got it."""
-        busy_e, busy_w = self.busy
-        e, w = busy_e.index(min(busy_e)), busy_w.index(min(busy_w))
-        busy_e[e] += 1
-        busy_w[w] += 1
-        self.sent = (e, w)
-        return self.writers[w].write.remote(self.encoders[e].encode.remote(pack))
-
-    def answered(self, e: int, w: int) -> None:
-        self.busy[0][e] -= 1
-        self.busy[1][w] -= 1

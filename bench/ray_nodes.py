@@ -7,11 +7,14 @@ A head node (`ray start --head --num-cpus=C`) and a Milvus server (`milvus-lite 
 `ingest run --engine ray` joins the cluster ([ray] address) and writes a fresh collection. Then a
 second node joins (`ray start --address=HEAD --num-cpus=C`, a raylet of its own with its own
 resources) and the same folder goes into another fresh collection. Printed per cluster: wall seconds,
-files/s, the report's first row and rows by encoder node, and the ratio two nodes / one. Both
+files/s, the report's first row, files/s after it (start-up left out) and rows by encoder node, and the
+ratios two nodes / one. Both
 collections must hold the same ids. The nodes share this machine's cores, so the second node adds
 Ray resources (load-task slots), not hardware: the ratio says whether the engine spreads over nodes
 and whether one node left cores idle, not what a second machine would add. Each node runs in a
 process group of its own, killed at the end (never `ray stop`, which stops every Ray of the user).
+--pin gives each node a core of its own (the head, the driver and the store on core 0; the second node
+on core 1), so the second node adds hardware as a second machine would.
 """
 from __future__ import annotations
 
@@ -42,10 +45,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def started(args: list[str], log: Path, ready: str, timeout: float = 180) -> subprocess.Popen:
-    """A long-running command in a process group of its own, once `ready` is in its log (or, for "", at once)."""
+def started(args: list[str], log: Path, ready: str, timeout: float = 180, cores: set[int] | None = None
+            ) -> subprocess.Popen:
+    """A long-running command in a process group of its own (on `cores`, if given), once `ready` is in its
+    log (or, for "", at once)."""
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
     with open(log, "wb") as out:
-        proc = subprocess.Popen(args, env=ENV, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(args, env=ENV, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=pin)
     deadline = time.monotonic() + timeout
     while ready and ready not in log.read_text(errors="replace"):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -78,12 +85,12 @@ def milvus(work: Path) -> tuple[subprocess.Popen, str]:
     raise RuntimeError(f"milvus-lite server did not start; see {work / 'milvus.log'}")
 
 
-def node(work: Path, name: str, cpus: int, head: str = "") -> subprocess.Popen:
+def node(work: Path, name: str, cpus: int, head: str = "", cores: set[int] | None = None) -> subprocess.Popen:
     common = [f"--num-cpus={cpus}", "--num-gpus=0", "--object-store-memory=300000000", "--disable-usage-stats",
               "--block"]
     if head:
         return started([str(BIN / "ray"), "start", f"--address={head}", *common], work / f"{name}.log",
-                       "Ray runtime started")
+                       "Ray runtime started", cores=cores)
     return started([str(BIN / "ray"), "start", "--head", f"--port={head_port}", "--include-dashboard=false",
                     *common], work / f"{name}.log", "Ray runtime started")
 
@@ -121,14 +128,19 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=5000)
     ap.add_argument("--cpus", type=int, default=2, help="logical CPUs of each node")
     ap.add_argument("--backend", default="null")
+    ap.add_argument("--pin", action="store_true",
+                    help="a core per node: the head, the driver and the store on core 0, the second node on core 1")
     args = ap.parse_args()
+    if args.pin:                                     # everything this bench starts inherits it, but node 2
+        os.sched_setaffinity(0, {0})
     work = Path(tempfile.mkdtemp(prefix="ray-nodes-"))
     folder = work / "docs"
     make_tiny(folder, args.files)
     head_port = free_port()
     address = f"127.0.0.1:{head_port}"
     print(f"{datetime.date.today()}  machine: {platform.machine()}, {os.cpu_count()} cores, {_cpu_name()}; "
-          f"backend {args.backend}; {args.files:,} tiny files; {args.cpus} logical CPUs per node", flush=True)
+          f"backend {args.backend}; {args.files:,} tiny files; {args.cpus} logical CPUs per node"
+          f"{'; a core per node (--pin)' if args.pin else ''}", flush=True)
     procs: list[subprocess.Popen] = []
     try:
         store, uri = milvus(work)
@@ -137,17 +149,19 @@ def main() -> int:
         results = {}
         for nodes in (1, 2):
             if nodes == 2:
-                procs.append(node(work, "node2", args.cpus, head=address))
+                procs.append(node(work, "node2", args.cpus, head=address, cores={1} if args.pin else None))
                 time.sleep(2)
             r = results[nodes] = run(folder, uri, f"nodes{nodes}", address, args.backend, work)
             t = r["totals"]
+            r["after"] = t["files"] / (t["seconds"] - t["first_row_s"])
             print(f"{nodes} node(s): {r['wall']:.1f} s, {t['files'] / r['wall']:.0f} files/s, first row "
-                  f"{t['first_row_s']} s, rows by encoder node {sorted(t['rows_by_encoder_node'].values())}",
-                  flush=True)
+                  f"{t['first_row_s']} s, {r['after']:.0f} files/s after it, rows by encoder node "
+                  f"{sorted(t['rows_by_encoder_node'].values())}", flush=True)
         if args.files <= 16384:
             same = ids(uri, "nodes1") == ids(uri, "nodes2")
             print(f"same ids in both collections: {same}")
-        print(f"two nodes / one: files/s {results[1]['wall'] / results[2]['wall']:.2f}x")
+        print(f"two nodes / one: files/s {results[1]['wall'] / results[2]['wall']:.2f}x end to end, "
+              f"{results[2]['after'] / results[1]['after']:.2f}x after the first row")
     finally:
         for proc in reversed(procs):
             kill(proc)

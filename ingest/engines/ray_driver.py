@@ -11,10 +11,11 @@ packs outstanding ([ray] encode_actors, each with encode_gpus GPUs), and its vec
 Ray starts with the first file that needs a loader, so an unchanged rerun never starts it.
 
 NOTE (driver protocol): the main thread alone drives. It pulls the scan while fewer than
-TASKS_PER_SLOT load tasks per CPU slot run; a task goes out once it has its files (the first tasks
-TASK_FILES' least, doubling to its most, within BYTES_PER_TASK) or the scan ends or its first file
-waited BATCH_WAIT_S. It takes the next pack of a load task only while fewer than PACKS_PER_ENCODER
-packs per encode actor are unacknowledged (the task pauses GENERATOR_AHEAD packs ahead; these three in ray_flow.py), so driver
+TASKS_PER_SLOT load tasks per CPU slot run and fewer than FLUSH_FILES files wait in the ledger; a
+task goes out once it has its files (the first tasks TASK_FILES' least, doubling to its most,
+within BYTES_PER_TASK) or the scan ends or its first file waited BATCH_WAIT_S. It takes the next
+pack of a load task only while fewer than PACKS_PER_ENCODER packs per encode actor are
+unacknowledged (the task pauses GENERATOR_AHEAD packs ahead; these are in ray_flow.py), so driver
 and object store memory are bounded whatever the folder's or a file's size. Every `ray.wait` has a
 timeout (0.5 s), after which it checks Ctrl-C, the lease and the flush timer. Each acknowledgement
 counts a part of its file; a file whose parts are all in joins the Ledger, which records it at the
@@ -90,7 +91,7 @@ class RayRun(Run):
 
     def ingest(self, files: Iterator[tuple[FileRef, Outcome | None]]) -> None:
         self.ledger = Ledger(self.col.store, self.col.manifest, self.col.settings)
-        self._waiting: dict[int, _Sent] = {}                # seq -> the file's parts acknowledged, for files sent to Ray
+        self._waiting: dict[int, _Sent] = {}                # seq -> its parts acknowledged, for files sent to Ray
         self._rows_by_node: dict[str, int] = defaultdict(int)
         self._first_row_at: float | None = None             # perf_counter of the first acknowledged rows
         self._batches: dict[str, _Batch] = {}
@@ -137,13 +138,15 @@ class RayRun(Run):
                 if ref.source in self.ledger.touched:
                     self.ledger.failed.setdefault(ref.source, INTERRUPTED)
                 entry = self.col.known.get(ref.source)
-                self._file_done(Finished(ref, Outcome("failed", INTERRUPTED), old_hash=entry.file_hash if entry else None))
+                self._file_done(Finished(ref, Outcome("failed", INTERRUPTED),
+                                         old_hash=entry.file_hash if entry else None))
             self._waiting.clear()
 
     # -- intake: the scan into load tasks --------------------------------------------
     def _intake(self, files: Iterator[tuple[FileRef, Outcome | None]]) -> bool:
-        """Pull the scan until the load tasks in flight reach their bound; whether the scan ended."""
-        while self._ray is None or len(self._loads) < self._ray.most_loads:
+        """Pull the scan until the load tasks in flight reach their bound, or FLUSH_FILES files wait in the ledger
+        (an unchanged rerun's files settle as it goes); whether the scan ended."""
+        while (self._ray is None or len(self._loads) < self._ray.most_loads) and len(self.ledger.files) < FLUSH_FILES:
             for pool in [p for p, b in self._batches.items() if time.monotonic() - b.since > BATCH_WAIT_S]:
                 self._submit(pool)
             item = next(files, None)

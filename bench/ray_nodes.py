@@ -85,13 +85,15 @@ def milvus(work: Path) -> tuple[subprocess.Popen, str]:
     raise RuntimeError(f"milvus-lite server did not start; see {work / 'milvus.log'}")
 
 
-def node(work: Path, name: str, cpus: int, head: str = "", cores: set[int] | None = None) -> subprocess.Popen:
+def node(work: Path, name: str, cpus: int, port: int = 0, head: str = "", cores: set[int] | None = None
+         ) -> subprocess.Popen:
+    """A head node on `port`, or a node joining `head`."""
     common = [f"--num-cpus={cpus}", "--num-gpus=0", "--object-store-memory=300000000", "--disable-usage-stats",
               "--block"]
     if head:
         return started([str(BIN / "ray"), "start", f"--address={head}", *common], work / f"{name}.log",
                        "Ray runtime started", cores=cores)
-    return started([str(BIN / "ray"), "start", "--head", f"--port={head_port}", "--include-dashboard=false",
+    return started([str(BIN / "ray"), "start", "--head", f"--port={port}", "--include-dashboard=false",
                     *common], work / f"{name}.log", "Ray runtime started")
 
 
@@ -119,11 +121,7 @@ def ids(uri: str, collection: str) -> set[str]:
         client.close()
 
 
-head_port = 0
-
-
 def main() -> int:
-    global head_port
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=5000)
     ap.add_argument("--cpus", type=int, default=2, help="logical CPUs of each node")
@@ -145,7 +143,7 @@ def main() -> int:
     try:
         store, uri = milvus(work)
         procs.append(store)
-        procs.append(node(work, "head", args.cpus))
+        procs.append(node(work, "head", args.cpus, port=head_port))
         results = {}
         for nodes in (1, 2):
             if nodes == 2:

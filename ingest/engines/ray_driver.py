@@ -95,9 +95,7 @@ class RayRun(Run):
         self._rows_by_node: dict[str, int] = defaultdict(int)
         self._first_row_at: float | None = None             # perf_counter of the first acknowledged rows
         self._batches: dict[str, _Batch] = {}
-        self._loads: list[Any] = []                          # load tasks' ObjectRefGenerators
-        self._calls: dict[Any, tuple[int, int]] = {}         # a writer call's ref -> (encode actor, writer)
-        self._ray: Flow | None = None
+        self._flow: Flow | None = None                       # once Ray is up: the load tasks and actors in flight
         try:
             self._stream(files)
             if not isinstance(self._fatal, StoreError):
@@ -115,7 +113,7 @@ class RayRun(Run):
             while not self.stopping.is_set():
                 if not exhausted:
                     exhausted = self._intake(files)
-                if exhausted and not self._loads and not self._calls:
+                if exhausted and (self._flow is None or self._flow.idle):
                     break
                 rows_since += self._pump()
                 self.col.check_lease()
@@ -146,7 +144,8 @@ class RayRun(Run):
     def _intake(self, files: Iterator[tuple[FileRef, Outcome | None]]) -> bool:
         """Pull the scan until the load tasks in flight reach their bound, or FLUSH_FILES files wait in the ledger
         (an unchanged rerun's files settle as it goes); whether the scan ended."""
-        while (self._ray is None or len(self._loads) < self._ray.most_loads) and len(self.ledger.files) < FLUSH_FILES:
+        while ((self._flow is None or len(self._flow.loads) < self._flow.most_loads)
+               and len(self.ledger.files) < FLUSH_FILES):
             for pool in [p for p, b in self._batches.items() if time.monotonic() - b.since > BATCH_WAIT_S]:
                 self._submit(pool)
             item = next(files, None)
@@ -164,8 +163,8 @@ class RayRun(Run):
             batch = self._batches.setdefault(decided, _Batch())
             batch.files.append((ref, entry))
             batch.bytes += ref.size
-            ray_ = self._ray or self._start()
-            if len(batch.files) >= ray_.task_files or batch.bytes >= BYTES_PER_TASK:
+            flow = self._flow or self._start()
+            if len(batch.files) >= flow.task_files or batch.bytes >= BYTES_PER_TASK:
                 self._submit(decided)
         return False
 
@@ -183,8 +182,7 @@ class RayRun(Run):
         return pool_for(fmt)
 
     def _submit(self, pool: str) -> None:
-        batch = self._batches.pop(pool)
-        self._loads.append(self._ray.load(pool, tuple(batch.files)))
+        self._flow.load(pool, tuple(self._batches.pop(pool).files))
 
     # -- the stages' answers ---------------------------------------------------------
     def _pump(self) -> int:
@@ -192,28 +190,27 @@ class RayRun(Run):
         Rows stored."""
         import ray
 
-        waitables = list(self._calls) + (self._loads if self._ray and self._ray.has_room(len(self._calls)) else [])
+        flow = self._flow
+        waitables = flow.waitables() if flow is not None else []
         if not waitables:
             return 0
         ready, _ = ray.wait(waitables, num_returns=len(waitables), timeout=0)
         ready = ready or ray.wait(waitables, num_returns=1, timeout=0.5)[0]
         rows = 0
         for item in ready:
-            if item in self._calls:
-                self._ray.answered(*self._calls.pop(item))
+            if item in flow.calls:
+                flow.answered(item)
                 try:
                     acks = ray.get(item)
                 except ray.exceptions.RayError as exc:
                     raise _StageError(f"the Ray engine stopped the run: {_first_line(exc)}") from None
                 for ack in acks:
                     rows += self._acknowledged(ack)
-            elif self._ray.has_room(len(self._calls)):
+            elif flow.has_room():
                 try:
-                    pack = next(item)
+                    flow.send(next(item))
                 except StopIteration:
-                    self._loads.remove(item)
-                    continue
-                self._calls[self._ray.send(pack)] = self._ray.sent
+                    flow.loads.remove(item)
         return rows
 
     def _acknowledged(self, ack: PartAck) -> int:
@@ -260,7 +257,7 @@ class RayRun(Run):
                                     tuple(self.cfg["loaders"]["plugins"]), self.cfg["limits"]["worker_memory_mb"],
                                     tuple((p, float(self.cfg["loaders"][p]["timeout_s"])) for p in FORMAT_POOLS),
                                     col.settings, float(self.cfg["limits"]["max_file_mb"]))
-            self._ray = Flow(self.cfg, col, settings)
+            self._flow = Flow(self.cfg, col, settings)
         except Exception as exc:
             raise _StageError(f"cannot start the Ray engine on {where}: {_first_line(exc)}; "
                               "check [ray] address (and that `ray status` answers there)") from None
@@ -268,7 +265,7 @@ class RayRun(Run):
             thread.join()
         if failed:
             raise failed[0]
-        return self._ray
+        return self._flow
 
     def _connect(self) -> None:
         """Join [ray] address, or start a local Ray for this run. A cluster's workers get this process's

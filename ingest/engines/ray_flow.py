@@ -38,7 +38,8 @@ class Flow:
         self.encoders = [encoder.remote(col.model, model_settings) for _ in range(actors)]
         self.writers = [writer.remote(col.store.endpoint(), cfg["store"]["batch_size"]) for _ in range(r["writers"])]
         self.busy = [[0] * actors, [0] * r["writers"]]   # packs outstanding per encode actor, per writer
-        self.sent = (0, 0)
+        self.loads: list[Any] = []                        # load tasks' ObjectRefGenerators, not yet exhausted
+        self.calls: dict[Any, tuple[int, int]] = {}       # a writer call's ref -> (its encode actor, its writer)
         self._task, self._loader_cpus, self._settings = ray.remote(load_files), r["loader_cpus"], settings
         self._pools: dict[str, tuple[Any, LoadSettings]] = {}   # pool -> its task's options and settings
         slots = cpus / min(r["loader_cpus"].get(p, 1.0) for p in FORMAT_POOLS)
@@ -50,8 +51,12 @@ class Flow:
         least, most = TASK_FILES
         return min(most, least * 2 ** self.submitted)
 
-    def load(self, pool: str, files: tuple[tuple[FileRef, Any], ...]) -> Any:
-        """A load task for `files` (with their manifest entries) in `pool`: its ObjectRefGenerator of packs."""
+    @property
+    def idle(self) -> bool:
+        return not self.loads and not self.calls
+
+    def load(self, pool: str, files: tuple[tuple[FileRef, Any], ...]) -> None:
+        """A load task for `files` (with their manifest entries) in `pool`; its packs come through `loads`."""
         self.submitted += 1
         if pool not in self._pools:
             need = self._loader_cpus.get(pool, 1.0)       # a plugin's pool of its own: 1
@@ -60,21 +65,26 @@ class Flow:
             self._pools[pool] = (self._task.options(num_cpus=need, _generator_backpressure_num_objects=GENERATOR_AHEAD),
                                  here)
         task, settings = self._pools[pool]
-        return task.remote(files, settings)
+        self.loads.append(task.remote(files, settings))
 
-    def has_room(self, outstanding: int) -> bool:
-        return outstanding < PACKS_PER_ENCODER * len(self.encoders)
+    def has_room(self) -> bool:
+        return len(self.calls) < PACKS_PER_ENCODER * len(self.encoders)
 
-    def send(self, pack: Any) -> Any:
-        """The pack (a reference) to the least busy encode actor, its vectors to the least busy writer: the
-        writer's answer (a reference); `sent` is who got it."""
+    def waitables(self) -> list[Any]:
+        """What the driver waits on: the writers' answers, and the load tasks while a pack may be sent on."""
+        return list(self.calls) + (self.loads if self.has_room() else [])
+
+    def send(self, pack: Any) -> None:
+        """The pack (a reference) to the least busy encode actor, its vectors to the least busy writer, whose
+        answer joins `calls`."""
         busy_e, busy_w = self.busy
         e, w = busy_e.index(min(busy_e)), busy_w.index(min(busy_w))
         busy_e[e] += 1
         busy_w[w] += 1
-        self.sent = (e, w)
-        return self.writers[w].write.remote(self.encoders[e].encode.remote(pack))
+        self.calls[self.writers[w].write.remote(self.encoders[e].encode.remote(pack))] = (e, w)
 
-    def answered(self, e: int, w: int) -> None:
+    def answered(self, call: Any) -> None:
+        """`call`, a writer's answer, is ready: its actors have a pack less outstanding."""
+        e, w = self.calls.pop(call)
         self.busy[0][e] -= 1
         self.busy[1][w] -= 1

@@ -156,16 +156,36 @@ def m_pool_raw_texts(a, texts, ids, lengths) -> dict:
 
 
 class Busy(threading.Thread):
-    """Samples the device's utilisation (NVML, else nvidia-smi; the CPU's for a CPU run) every 0.2 s."""
+    """Samples every 0.2 s the device's utilisation (NVML, else nvidia-smi; the CPU's for a CPU run) and the
+    chunks a Lite store's manifest has recorded (read-only; a file's entry comes after its rows are stored)."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, manifest: Path):
         super().__init__(daemon=True)
-        self.device, self.samples, self.halt = device, [], threading.Event()
+        self.device, self.manifest, self.samples, self.recorded = device, manifest, [], []
+        self.halt = threading.Event()
 
     def run(self) -> None:
         read = self._reader()
         while not self.halt.wait(0.2):
             self.samples.append((time.perf_counter(), read()))
+            self.recorded.append((time.perf_counter(), self._chunks()))
+
+    def _chunks(self) -> int:
+        import sqlite3
+
+        try:
+            with sqlite3.connect(f"file:{self.manifest}?mode=ro", uri=True, timeout=0.1) as db:
+                return db.execute("SELECT coalesce(sum(chunks), 0) FROM files").fetchone()[0]
+        except sqlite3.Error:           # not made yet, or busy: nothing more known
+            return self.recorded[-1][1] if self.recorded else 0
+
+    def steady(self) -> tuple[float | None, float | None]:
+        """Chunks/s from the first recorded chunks to the last, and when the first were recorded (s)."""
+        started = [(t, c) for t, c in self.recorded if c > 0]
+        if len(started) < 2 or started[-1][1] == started[0][1]:
+            return None, None
+        (t0, c0), (t1, c1) = started[0], max(started, key=lambda tc: tc[1])
+        return (c1 - c0) / max(t1 - t0, 1e-9), t0
 
     def _reader(self):
         if not self.device.startswith("cuda"):
@@ -214,19 +234,22 @@ def m_ingest_run(a, texts, ids, lengths) -> dict:
         argv = [sys.executable, "-m", "ingest.cli", "run", "docs", "--store", str(work / "store.db"),
                 "--report", str(work / "report.json"), "--model", a.model_path, "--devices", a.device,
                 "--backend", "torch", "--quiet"]
-        busy = Busy(a.device)
+        busy = Busy(a.device, work / "store.db.documents.manifest.sqlite")
         busy.start()
         started = time.perf_counter()
         proc = subprocess.run(argv, cwd=work, capture_output=True, text=True)
         busy.halt.set()
+        busy.join()
         if proc.returncode != 0:
             raise RuntimeError(f"ingest run exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
         totals = json.loads((work / "report.json").read_text())["totals"]
-        first, seconds = totals["first_row_s"], totals["seconds"]
+        steady, first_recorded = busy.steady()
         return {"chunks": totals["chunks"], "files": totals["files"], "folder_written_s": written,
-                "run_s": seconds, "first_row_s": first, "chunks_per_s": totals["chunks"] / seconds,
-                "steady_chunks_per_s": totals["chunks"] / max(seconds - (first or 0), 1e-9),
-                "busy_share": busy.share(started), "busy_share_after_first_row": busy.share(started + (first or 0)),
+                "run_s": totals["seconds"], "first_row_s": totals["first_row_s"],
+                "chunks_per_s": totals["chunks"] / totals["seconds"],
+                "steady_chunks_per_s": steady, "steady_from_s": first_recorded and first_recorded - started,
+                "busy_share": busy.share(started),
+                "busy_share_steady": busy.share(first_recorded) if first_recorded else None,
                 "busy_of": "gpu" if a.device.startswith("cuda") else "all cpus", "timeline": totals["timeline"]}
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -40,9 +40,10 @@ def test_the_rehearsal_writes_every_measurement_and_the_machine(tmp_path: Path) 
     assert got["worker_start_s"]["first_vector_s"] > 0
     assert set(got["st_pool"]) >= {"processes_1", "processes_2"}
     run = got["ingest_run"]
-    assert run["chunks"] > 0 and run["first_row_s"] > 0 and run["steady_chunks_per_s"] > 0
-    assert run["busy_share"] is not None and set(run["timeline"]["stages"]) >= {"load", "encode", "write"}
-    assert doc["summary"]["ingest_run_steady_over_pool_pretokenized"] > 0
+    assert run["chunks"] > 0 and run["first_row_s"] > 0 and run["busy_share"] is not None
+    assert set(run["timeline"]["stages"]) >= {"load", "encode", "write"}
+    if run["steady_chunks_per_s"] is not None:          # None: every chunk was recorded in one commit
+        assert doc["summary"]["ingest_run_steady_over_pool_pretokenized"] > 0
 
 
 def test_a_measurement_past_its_limit_is_recorded_with_the_stacks_of_its_processes(tmp_path: Path) -> None:

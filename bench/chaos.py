@@ -44,6 +44,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(Path(__file__).parent)]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from docs import Slide, make_docx, make_pdf, make_pptx, make_scanned_pdf  # noqa: E402
+from ingest.outputs import html_path  # noqa: E402
 from pipeline import machine  # noqa: E402
 
 KINDS = ("supervisor", "loader", "ocr", "tokenizer", "encode", "writer", "lite host")
@@ -322,7 +323,10 @@ class Bench:
         out = [f"TMPDIR: {p.name}" for p in self.tmp.iterdir() if not p.name.startswith(TMP_KEPT)]
         out += [f"corpus: {name}" for name in sorted(set(os.listdir(self.work / "corpus")) - set(files))]
         store = Path(self.uri).name
-        allowed = {store, f"{store}.lock", f"{store}.{self.collection}.manifest.sqlite", self.report.name}
+        # A finished run keeps its report and the report's HTML page (ingest/outputs.py names them); its spool
+        # and .tmp files it removes (ingest/report.py NOTE), so one of those left is a true leftover.
+        allowed = {store, f"{store}.lock", f"{store}.{self.collection}.manifest.sqlite", self.report.name,
+                   html_path(self.report).name}
         out += [f"store dir: {p.name}" for p in self.store_dir.iterdir() if p.name not in allowed]
         if not self.server and (self.store_dir / store).is_dir():
             out += [f"store: {p.relative_to(self.store_dir)}" for p in (self.store_dir / store).rglob("*")

@@ -101,6 +101,18 @@ def show(r: dict) -> None:
           flush=True)
 
 
+def work_and_codes(args: argparse.Namespace, prefix: str) -> tuple[Path, list[tuple[str, Path | None]]]:
+    """The work folder (--work, else a new temporary one) and the code to measure: this tree, and --code's
+    revision copied into work/old (first, so both run in the same conditions)."""
+    work = Path(args.work or tempfile.mkdtemp(prefix=prefix))
+    work.mkdir(parents=True, exist_ok=True)
+    codes: list[tuple[str, Path | None]] = [("this", None)]
+    if args.code:
+        shutil.rmtree(work / "old", ignore_errors=True)
+        codes.insert(0, (args.code[:7], package_of(args.code, work / "old")))
+    return work, codes
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000,10000,100000", help="numbers of tiny files, comma-separated")
@@ -110,12 +122,7 @@ def main() -> int:
     ap.add_argument("--code", default="", help="also measure the code of this git revision (same run)")
     ap.add_argument("--work", default="", help="folder for the files and stores (default: a temporary one)")
     args = ap.parse_args()
-    work = Path(args.work or tempfile.mkdtemp(prefix="ingest-scale-"))
-    work.mkdir(parents=True, exist_ok=True)
-    codes: list[tuple[str, Path | None]] = [("this", None)]
-    if args.code:
-        shutil.rmtree(work / "old", ignore_errors=True)
-        codes.insert(0, (args.code[:7], package_of(args.code, work / "old")))
+    work, codes = work_and_codes(args, "ingest-scale-")
     print(f"{datetime.date.today()}  machine: {platform.machine()}, {os.cpu_count()} cores, {_cpu_name()}; "
           f"backend {args.backend}")
     print("targets (issue 22, 2 cores): " + "; ".join(f"{k} {v}" for k, v in TARGETS.items()))

@@ -39,6 +39,7 @@ from ingest.store.schema import TEXT_MAX as MAX_CHUNK_BYTES
 
 SEPARATORS = ("\n\n", "\n", " ", "")
 TOKEN_PIECE_CHARS = 20_000
+JUNK_SAMPLE_CHARS = 40                              # of a skipped chunk, in the report (repr: controls escaped)
 # Unicode White_Space less the control characters (a BERT normalizer deletes those, joining their neighbours)
 WHITESPACE = frozenset("\t\n\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
                        "\u2028\u2029\u202f\u205f\u3000")
@@ -66,6 +67,7 @@ class PageChunks:
     element: str = "text"            # "text" | "table"
     bboxes: tuple[str, ...] = ()     # each chunk's "x0,y0,x1,y1" on its page (PDF points), or () when unknown
     junk: int = 0                    # chunks skipped as non-language text (ingest.sections.is_junk)
+    junk_sample: str = ""            # the start of the first of them, escaped: the report shows what was skipped
 
 
 @dataclass(frozen=True)
@@ -112,12 +114,14 @@ def section_chunks(section: Section, spec: ChunkSpec, doc: Doc | None, title: st
     ids: list[np.ndarray] = []
     boxes: list[str] = []
     cut = junk = 0
+    sample = ""
     for chunk, raw, a, b in _pieces(text, tokens, split_spec):
         if chunk is None:
             cut += 1
             continue
         if spec.skip_junk and is_junk(chunk):
             junk += 1
+            sample = sample or repr(chunk[:JUNK_SAMPLE_CHARS])
             continue
         if header:
             chunk = f"{header}\n{chunk}"
@@ -130,7 +134,8 @@ def section_chunks(section: Section, spec: ChunkSpec, doc: Doc | None, title: st
     lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
     flat = np.concatenate(ids).astype(np.int32, copy=False) if ids else _EMPTY
     return PageChunks(section.page, tuple(chunks), flat, lengths, doc.title if doc else title, cut, section.index,
-                      joined_headings(section.headings), section.element, tuple(boxes) if section.boxes else (), junk)
+                      joined_headings(section.headings), section.element, tuple(boxes) if section.boxes else (), junk,
+                      sample)
 
 
 def _pieces(text: str, tokens: _Tokens, spec: ChunkSpec):

@@ -32,7 +32,13 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--store", help="store URI: a Milvus Lite file (./ingest.db) or http://host:19530")
     common.add_argument("--collection", help="collection name")
     common.add_argument("--model", help="model name or local path")
-    run = sub.add_parser("run", parents=[common], help="ingest files and folders")
+    engine = argparse.ArgumentParser(add_help=False)        # how the files are ingested: run and watch
+    engine.add_argument("--backend", choices=BACKEND_CHOICES,
+                        help="encode backend (default: [model] backend, \"auto\")")
+    engine.add_argument("--devices", help='encode devices: "auto", or a comma list such as cuda:0,cuda:1 or cpu,cpu')
+    engine.add_argument("--engine", choices=("local", "ray"),
+                        help="local processes, or Ray on [ray] address (default: [run] engine, \"local\")")
+    run = sub.add_parser("run", parents=[common, engine], help="ingest files and folders")
     run.add_argument("paths", nargs="+", type=_path, metavar="PATH",
                      help="files and folders (each file's name in the store is its path from the deepest folder "
                           "holding them all), or one URL of a folder in object storage (s3://bucket/prefix)")
@@ -43,11 +49,6 @@ def _parser() -> argparse.ArgumentParser:
                      help="remove chunks of files that no longer exist (under the PATHs)")
     run.add_argument("--reembed", action="store_true",
                      help="drop the collection and re-embed everything (after a model or chunking change)")
-    run.add_argument("--backend", choices=BACKEND_CHOICES,
-                     help="encode backend (default: [model] backend, \"auto\")")
-    run.add_argument("--devices", help='encode devices: "auto", or a comma list such as cuda:0,cuda:1 or cpu,cpu')
-    run.add_argument("--engine", choices=("local", "ray"),
-                     help="local processes, or Ray on [ray] address (default: [run] engine, \"local\")")
     search = sub.add_parser("search", parents=[common], help="search the store")
     search.add_argument("query")
     search.add_argument("-k", type=int, default=5, help="number of hits (default 5)")
@@ -56,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="dense (embeddings; the default), bm25 (words) or hybrid (both, rank-fused)")
     status = sub.add_parser("status", parents=[common], help="what the store holds and how its last run went")
     status.add_argument("--json", action="store_true", help="print one JSON object")
-    watch = sub.add_parser("watch", parents=[common], help="keep the store in sync with a folder")
+    watch = sub.add_parser("watch", parents=[common, engine], help="keep the store in sync with a folder")
     watch.add_argument("folder", type=Path, help="the folder to watch")
     watch.add_argument("--report", type=Path, help="per-file JSON report of each sync (default: next to the store)")
     watch.add_argument("--quiet", action="store_true", help="no progress bars or summaries")
@@ -130,6 +131,8 @@ def _run(args: argparse.Namespace) -> int:
         raise
     run = engine(cfg, urls[0] if urls else paths, quiet=args.quiet, prune=args.prune, reembed=args.reembed,
                  report_path=args.report)
+    global _handed_over
+    _handed_over = True
     try:
         return run.execute()
     finally:
@@ -137,9 +140,10 @@ def _run(args: argparse.Namespace) -> int:
             print(json.dumps(run.totals, ensure_ascii=False))
 
 
-def _report_unstarted(args: argparse.Namespace, cfg: dict[str, Any] | None, error: str) -> str:
-    """The report of a run stopped before the engine began (no folder, bad config): at --report, else
-    beside the store if its URI is known (the config, --store, or the [store] uri of a config file that
+def _report_unstarted(args: argparse.Namespace, cfg: dict[str, Any] | None, error: str, code: int = EXIT_ERROR,
+                      **totals: Any) -> str:
+    """The report of a run stopped before the engine began (no folder, bad config, a stop signal): at --report,
+    else beside the store if its URI is known (the config, --store, or the [store] uri of a config file that
     is still TOML); else none. "" or why it was not written (report.write_unstarted)."""
     from ingest.report import default_report_path, write_unstarted
 
@@ -147,9 +151,9 @@ def _report_unstarted(args: argparse.Namespace, cfg: dict[str, Any] | None, erro
     path = args.report or (default_report_path(uri) if uri else None)
     if path is None:
         return ""
-    return write_unstarted(path, error, EXIT_ERROR, 0.0, {
+    return write_unstarted(path, error, code, 0.0, {
         "store": uri, "collection": cfg["store"]["collection"] if cfg else args.collection,
-        "model": cfg["model"]["name"] if cfg else args.model, "backend": None})
+        "model": cfg["model"]["name"] if cfg else args.model, "backend": None, **totals})
 
 
 def _configured_uri(args: argparse.Namespace) -> str | None:
@@ -225,6 +229,7 @@ class _UserError(Exception):
 
 
 _decided: int | None = None     # the command's exit code once it has one (a run's report is written)
+_handed_over = False            # a run's engine handles the stop signals from here on (and writes its report)
 
 
 def _stop(signum: int, frame: object) -> None:
@@ -271,21 +276,27 @@ def _main(argv: list[str] | None) -> int:
     from ingest.store import StoreError
 
     errors: tuple[type[Exception], ...] = (ConfigError, StoreError, ModelNotFound, BackendError, _UserError)
-    if args.command in ("run", "watch"):
-        from ingest.engines.run import RunError        # not for search: ingest.engines.run's imports cost time
-
-        errors += (RunError,)
-    if args.command == "eval":
-        from ingest.evaluate import EvalError
-
-        errors += (EvalError,)
     try:
+        if args.command in ("run", "watch"):
+            from ingest.engines.run import RunError    # not for search: ingest.engines.run's imports cost time
+
+            errors += (RunError,)
+        if args.command == "eval":
+            from ingest.evaluate import EvalError
+
+            errors += (EvalError,)
         return {"run": _run, "search": _search, "eval": _eval, "status": _status, "watch": _watch}[args.command](args)
     except errors as exc:
         print(f"ingest: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
+    except SystemExit as exc:       # _stop: a stop signal before a run took its signals over; the report says so
+        if args.command == "run" and not _handed_over and exc.code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+            name = signal.Signals(exc.code - 128).name
+            _report_unstarted(args, None, f"{name} while the run was starting", exc.code, interrupted=True,
+                              signal=name)
+        raise
 
 
 if __name__ == "__main__":

@@ -10,11 +10,15 @@ file comes in parts (ingest/files.py), and once every group of a part but the fi
 the writer, `on_part` tells the dispatcher (the writer's own `on_accepted` tells of the last). The
 pool's busy seconds go on the run's timeline, and each file's share into its outcome's times.
 
-NOTE (stopping): a file with chunks waits in `_groups` until the pool's first worker is up, and
-that wait ends when the run stops: the file, and every file after it, then passes to the writer
-as failed "interrupted", so a Ctrl-C while the model is still loading ends the run at once
-instead of after the load. Files the pool already took are encoded and written. close() never
-waits for a pool still being made: it is closed as soon as it exists.
+NOTE (stopping): once the run stops (`stopping`), every file that comes next passes to the writer as
+failed "interrupted", and so does every file the pool took but had not encoded: the pool finishes
+at most the batch a worker is running and drops the windows it read ahead (up to
+max_chunks_in_flight chunks: 25-50 s of torch on a busy 2-core CPU), and a file with any chunk
+not encoded fails whole (rows of its earlier parts already sent are removed: write.py NOTE). Files
+whose rows all came back are written. A file with chunks also waits in `_groups` until the pool's
+first worker is up, and that wait ends when the run stops, so a Ctrl-C while the model is still
+loading ends the run at once instead of after the load. close() never waits for a pool still being
+made: it is closed as soon as it exists.
 """
 from __future__ import annotations
 
@@ -116,7 +120,12 @@ class EncodeStage:
                     failures: list[tuple[int, int, BaseException]] = []     # appended by the pool's thread
                     offset = 0
                     for p, vectors in pool.encode_groups(chain([(part, texts)], groups),
-                                                         on_failed=lambda *f: failures.append(f)):
+                                                         on_failed=lambda *f: failures.append(f), stop=self.stopping):
+                        if vectors is None:             # dropped by the stop (NOTE: stopping)
+                            self.writer.fail(p.file, INTERRUPTED)
+                            offset += len(p.chunks)
+                            self._add(replace(p, file=interrupted(p.file), chunks=[]), empty)
+                            continue
                         if failures and np.isnan(vectors).any():
                             self.writer.fail(p.file, chunk_failure_text(failures, offset, p.start, len(p.chunks)))
                         offset += len(p.chunks)
@@ -173,10 +182,14 @@ class EncodeStage:
                 return
             if file.outcome.status == "ingested" and (self.stopping.is_set()
                                                        or (file.outcome.chunks and not self._wait_up())):
-                file = replace(file, outcome=replace(file.outcome, status="failed", error=INTERRUPTED),
-                               pages=(), record=False)
+                file = interrupted(file)
             for start, chunks, tokens, end in file_parts(file):
                 yield Part(file, start, chunks, end), tokens
+
+
+def interrupted(file: Finished) -> Finished:
+    """The file (or part) failed "interrupted" by a stop, without its chunks."""
+    return replace(file, outcome=replace(file.outcome, status="failed", error=INTERRUPTED), pages=(), record=False)
 
 
 def file_parts(file: Finished) -> Iterator[tuple[int, list[Row], Pretokenized, bool]]:

@@ -4,6 +4,7 @@ and its ONNX export made if needed. The public API (`ingest.api`) re-exports it;
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -78,8 +79,8 @@ class EncodePool:
             yield rows[0]
 
     def encode_groups(self, groups: Iterable[tuple[Any, Sequence[str] | Pretokenized]],
-                      on_failed: Callable[[int, int, BaseException], None] | None = None
-                      ) -> Iterator[tuple[Any, np.ndarray]]:
+                      on_failed: Callable[[int, int, BaseException], None] | None = None,
+                      stop: threading.Event | None = None) -> Iterator[tuple[Any, np.ndarray | None]]:
         """(key, embeddings of the group's texts, shape (len, dim)) per (key, texts), in input order.
         texts may be Pretokenized (ids made with this model's tokenizer, as the chunker does).
 
@@ -87,17 +88,21 @@ class EncodePool:
         arrived is encoded once the input stalls ~50 ms. An empty group yields zeros((0, dim)).
         Chunks that cannot be encoded after every retry raise EncodeError, or, given
         `on_failed(first, count, error)` (chunk indices counted over all groups), get NaN rows.
+        Once `stop` is set, at most the batch a worker is running finishes: every group not fully
+        encoded by then, and every group read after, comes back with None (the input is still read
+        to its end, unencoded), so a stop costs at most one batch, not the windows read ahead.
         """
-        return self._stream(groups, on_failed=on_failed)
+        return self._stream(groups, on_failed=on_failed, stop=stop)
 
-    def _stream(self, groups: Iterable[tuple[Any, Sequence[str]]], total: int | None = None, on_failed=None):
+    def _stream(self, groups: Iterable[tuple[Any, Sequence[str]]], total: int | None = None, on_failed=None,
+                stop: threading.Event | None = None):
         bar = None
         if self.show_progress_bar:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=total, unit="chunk", desc="Encoding")
         try:
-            yield from self._engine.encode_groups(groups, bar.update if bar is not None else None, on_failed)
+            yield from self._engine.encode_groups(groups, bar.update if bar is not None else None, on_failed, stop)
         finally:
             if bar is not None:
                 bar.close()

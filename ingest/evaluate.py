@@ -5,7 +5,8 @@ tail: a hit matches when its source equals it or ends with "/" + it) and optiona
 Reported: doc-hit@k (a top-k hit is from the source), page-hit@k (a top-k hit is from the source on one
 of the pages), MRR@10 (reciprocal rank of the first page hit, 0 past 10), for k = 5, 10 (and -k).
 Page metrics and MRR count only the questions that name pages. The questions are embedded together
-(one model load), then searched one by one.
+(one model load), then searched one by one. A source no chunk of the collection comes from (a typo, a file
+not ingested) still scores its questions as misses, and is named in a warning and in `missing_sources`.
 """
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ingest.search import Searcher
+from ingest.search import Searcher, same_doc
 
 CUTOFFS = (5, 10)
 MRR_AT = 10
 MISS_AT = 5               # a question is listed as a miss without a page hit (doc hit: no pages) in its top 5
+MISSING_SHOWN = 10        # sources not in the collection named in the warning (--json lists all)
 
 
 class EvalError(ValueError):
@@ -60,10 +62,6 @@ def load_questions(path: Path) -> list[Question]:
     return out
 
 
-def same_doc(hit_source: str, source: str) -> bool:
-    return hit_source == source or hit_source.endswith("/" + source)
-
-
 def score(questions: Sequence[Question], hits: Sequence[Sequence[dict[str, Any]]],
           cutoffs: Sequence[int] = CUTOFFS) -> dict[str, Any]:
     """Metrics and per-question results for `hits` (each question's ranked hits, with source and page)."""
@@ -95,14 +93,23 @@ def is_miss(r: dict[str, Any]) -> bool:
 
 def evaluate(uri: str, collection: str, path: Path, mode: str, k: int = 10,
              model: str | None = None) -> tuple[dict[str, Any], str]:
-    """(score() of the collection's answers to the questions in `path`, the search's note or "");
-    metrics at 5, 10 and k."""
+    """(score() of the collection's answers to the questions in `path`, with `missing_sources`: the
+    questions' sources no chunk of the collection comes from; the lines to say on stderr: the search's note,
+    a warning naming those sources, or ""); metrics at 5, 10 and k."""
     questions = load_questions(path)
     cutoffs = sorted({*CUTOFFS, k})
     with Searcher(uri, collection, model) as s:
         used, note = s.mode(mode)
         hits = s.search([q.question for q in questions], max(cutoffs), used)
-    return {"mode": used, **score(questions, hits, cutoffs)}, note
+        result = score(questions, hits, cutoffs)
+        missing = s.missing(r["source"] for r in result["results"] if r["doc_rank"] is None)
+    warning = ""
+    if missing:
+        named = ", ".join(missing[:MISSING_SHOWN]) + (f" and {len(missing) - MISSING_SHOWN} more (--json lists "
+                                                       "them)" if len(missing) > MISSING_SHOWN else "")
+        warning = (f"warning: {len(missing)} source(s) of the questions are not in collection {collection!r}, so "
+                   f"their questions count as misses; check their names or ingest them: {named}")
+    return {"mode": used, **result, "missing_sources": missing}, "\n".join(filter(None, (note, warning)))
 
 
 def report(result: dict[str, Any], shown: int = MISS_AT) -> str:

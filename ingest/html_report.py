@@ -1,4 +1,4 @@
-"""The run's report as one HTML page for a person, beside the JSON one (`html_path`): the summary, the
+"""The run's report as one HTML page for a person, beside the JSON one (`ingest.outputs.html_path`): the summary, the
 stages' timeline (how busy each was over the run: the bottleneck at a glance), files by format, the
 slowest files and where their time went, and the files that failed, were empty or skipped, with why.
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.files import STAGES
+from ingest.outputs import tmp_path
 
 TOP_N = 10
 LISTED = 100
@@ -60,11 +61,6 @@ SCRIPT = """
 """
 
 
-def html_path(report: Path) -> Path:
-    """The page beside a JSON report: `.json` replaced by `.html`, else `.html` appended."""
-    return report.with_suffix(".html") if report.suffix == ".json" else report.with_name(report.name + ".html")
-
-
 class Digest:
     """What the page shows of the files (module docstring), fed each report line as it is spooled."""
 
@@ -94,7 +90,7 @@ class Digest:
 
 def write(path: Path, totals: dict[str, Any], digest: Digest) -> None:
     """The page, written atomically."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = tmp_path(path)
     tmp.write_text(render(totals, digest), encoding="utf-8")
     os.replace(tmp, path)
 

@@ -308,6 +308,7 @@ class Pages:
         self.parts: dict[int, _Part] = {0: _Part(loaded)}
         self.next, self.start = 0, 0             # the next part to hand on; chunks handed on
         self.ocr_pages, self.times, self.cut, self.junk = len(loaded.ocr_pages), Times(), 0, 0
+        self.junk_sample = ""
         self.warnings: list[str] = list(ref.warnings)
         self.ocr_failures: list[str] = []
         self.failure: str | None = None
@@ -353,6 +354,7 @@ class Pages:
             self.times += part.times
             self.cut += sum(p.cut for p in pages)
             self.junk += sum(p.junk for p in pages)
+            self.junk_sample = self.junk_sample or next((p.junk_sample for p in pages if p.junk_sample), "")
             chunks = sum(len(p.chunks) for p in pages)
             if self.next == self.total:
                 out.append(self._last(pages, chunks))
@@ -369,7 +371,7 @@ class Pages:
         self.warnings += [f"{self.cut} chunk(s) longer than the store's {MAX_CHUNK_BYTES:,}-byte text field "
                           "(text without spaces?) were cut into pieces"] if self.cut else []
         self.warnings += [f"{self.junk} chunk(s) of non-language text (base64, hex or binary runs) skipped, "
-                          "not embedded"] if self.junk else []
+                          f"not embedded; the first began {self.junk_sample}"] if self.junk else []
         if chunks == 0 and self.ocr_failures:
             return self.fail(self.ocr_failures[0])
         self.ended = True

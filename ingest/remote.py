@@ -4,8 +4,10 @@ read too (`file://`, `s3://`, `gs://`, ...; not `memory://`, which lives in one 
 `scan_url` lists the folder as `ingest.scan.scan` walks a local one: a FileRef per object (its `source` the
 key relative to the prefix, its `path` the full URL), a "directory" (a common prefix) listed at a time and
 sorted by name, a subdirectory descended at its sorted place; a listing that fails is the scan's "cannot
-list folder" failure, so nothing under it is taken for deleted. The sniff reads a URL's head with one ranged
-read (`read_head`); a loader gets a local copy (`local_copy`), fetched once per file (NOTE below).
+list folder" failure, so nothing under it is taken for deleted. A `file://` folder is walked by the scan
+itself, so its symlinks obey `[run] follow_symlinks` as the same folder given as a path does. The sniff reads
+a URL's head with one ranged read (`read_head`); a loader gets a local copy (`local_copy`), fetched once per
+file (NOTE below).
 
 Credentials and endpoint are those of the protocol's own library, as a user sets them for any tool; for S3
 (s3fs, botocore): AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or the machine's role),
@@ -53,7 +55,7 @@ from typing import Any, Iterator
 
 from ingest.files import FileRef, Outcome
 from ingest.loaders import LoaderError
-from ingest.scan import CANNOT_LIST, printable, too_long
+from ingest.scan import CANNOT_LIST, printable, scan, too_long
 
 FETCH_ENV = "_INGEST_FETCH_DIR"             # not INGEST_*: the Ray driver forwards those to its workers
 FETCH_PREFIX = "ingest-fetch-"
@@ -124,11 +126,16 @@ def forwarded_env(root: str | Path) -> tuple[str, ...]:
 
 
 # -- the scan --------------------------------------------------------------------------------
-def scan_url(url: str, follow_symlinks: str = "none") -> Iterator[tuple[FileRef, Outcome | None]]:
+def scan_url(url: str, follow_symlinks: str = "inside") -> Iterator[tuple[FileRef, Outcome | None]]:
     """(FileRef, None) for every object under the prefix `url`, in the scan's order (module docstring); a
-    folder that cannot be listed comes as a failed Outcome. `follow_symlinks` does not apply to objects:
-    `file://` links to files are read, links to folders are not followed."""
+    folder that cannot be listed comes as a failed Outcome. A `file://` folder is walked by `ingest.scan.scan`
+    itself, so its links obey `follow_symlinks` ([run] follow_symlinks) as the same folder given as a path
+    does; each `path` is then the file's (a followed link's target's) file:// URL."""
     fs, root = _split(url)
+    if getattr(fs, "local_file", False):
+        for ref, problem in scan(Path(root), follow_symlinks):
+            yield FileRef(ref.seq, ref.source, fs.unstrip_protocol(ref.path), ref.size, ref.mtime_ns), problem
+        return
     seq = itertools.count()
     yield from _walk(fs, root, root, seq)
 
@@ -144,12 +151,8 @@ def _walk(fs: Any, root: str, folder: str, seq: Iterator[int]) -> Iterator[tuple
         name = info["name"].rstrip("/")
         if not name.startswith(folder + "/"):           # the folder's own marker object
             continue
-        if info.get("type") == "directory":
-            if info.get("islink"):
-                yield (FileRef(next(seq), printable(name[len(root) + 1:]), fs.unstrip_protocol(name)),
-                       Outcome("skipped", "directory symlink (not followed)"))
-            else:
-                yield from _walk(fs, root, name, seq)
+        if info.get("type") == "directory":             # no object store has links (file:// is the scan's)
+            yield from _walk(fs, root, name, seq)
             continue
         ref = FileRef(next(seq), printable(name[len(root) + 1:]), fs.unstrip_protocol(name))
         if (long := too_long(ref.source, "the object's key")) is not None:
@@ -234,15 +237,16 @@ def _copy_path(url: str, folder: str) -> str:
 
 
 @contextmanager
-def fetch_dir(root: str | Path) -> Iterator[None]:
-    """For a run of a URL `root`: a private fetch dir for its processes, removed at the end (NOTE)."""
+def fetch_dir(root: str | Path) -> Iterator[str | None]:
+    """For a run of a URL `root`: a private fetch dir for its processes (yielded; None for a local root),
+    removed at the end, or by the run's quit on a stop that outlasts its grace (NOTE)."""
     if not is_url(root):
-        yield
+        yield None
         return
     folder, old = tempfile.mkdtemp(prefix=FETCH_PREFIX), os.environ.get(FETCH_ENV)
     os.environ[FETCH_ENV] = folder
     try:
-        yield
+        yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         if old is None:

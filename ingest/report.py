@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any, Iterable
 
 from ingest import html_report
 from ingest.files import Finished
+from ingest.outputs import html_path, spool_path, tmp_path
 from ingest.scan import unlisted
 from ingest.store import is_local
 
@@ -33,6 +34,24 @@ _ENCODE = json.JSONEncoder(ensure_ascii=False).encode
 
 def default_report_path(uri: str) -> Path:
     return Path(f"{Path(uri).resolve()}.report.json") if is_local(uri) else Path("ingest-report.json")
+
+
+def unwritable(path: Path) -> str | None:
+    """Why a run could not write its report at `path` (one line: a folder, a path under a file, a folder it may
+    not write in), or None. A run checks before it starts, by making the report's folder and a trial temp file."""
+    if path.is_dir():
+        return f"the report path {path} is a folder; pass --report a file's path, such as {path / 'report.json'}"
+    folder = next(f for f in (path.parent, *path.parent.parents) if f.exists() or f == f.parent)
+    if not folder.is_dir():
+        return f"cannot write the report {path}: {folder} is a file, not a folder; pass --report a path in a folder"
+    tmp = tmp_path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.open("w").close()
+        tmp.unlink()
+    except OSError as exc:
+        return f"cannot write the report {path}: {exc.strerror or exc}; pass --report a path in a folder you can write"
+    return None
 
 
 def file_entry(file: Finished) -> dict[str, Any]:
@@ -61,7 +80,7 @@ class Tally:
     def __init__(self, report_path: Path, recorded: Iterable[str] = ()):
         self.report_path = report_path
         self.unseen, self.unlisted = set(recorded), []
-        self.spool = report_path.with_name(report_path.name + ".files.jsonl")
+        self.spool = spool_path(report_path)
         self.by_status: Counter[str] = Counter()
         self.by_format: Counter[str] = Counter()
         self.files = self.chunks = self.junk = 0
@@ -109,26 +128,31 @@ class Tally:
                 "chunks_per_s": {k: round(v, 1) for k, v in stages.items()}, **extra}
 
     def write(self, totals: dict[str, Any]) -> None:
-        """The report from the spool, written atomically, then its HTML page; then the spool goes."""
+        """The report from the spool, written atomically, then its HTML page; then the spool goes. An OSError
+        writing the JSON report leaves the spool (its lines) and no temp file."""
         if self._out is not None:
             self._out.close()
         path = self.report_path
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.write('{\n "files": [')
-            if self._out is not None:
-                with open(self.spool, encoding="utf-8") as lines:
-                    for n, line in enumerate(lines):
-                        out.write(("\n  " if n == 0 else ",\n  ") + line.rstrip("\n"))
-            out.write('\n ],\n "totals": ' if self.files else '],\n "totals": ')
-            out.write(json.dumps(totals, indent=1, ensure_ascii=False).replace("\n", "\n ") + "\n}")
-        os.replace(tmp, path)
-        page = html_report.html_path(path)
+        tmp = tmp_path(path)
+        try:
+            with open(tmp, "w", encoding="utf-8") as out:
+                out.write('{\n "files": [')
+                if self._out is not None:
+                    with open(self.spool, encoding="utf-8") as lines:
+                        for n, line in enumerate(lines):
+                            out.write(("\n  " if n == 0 else ",\n  ") + line.rstrip("\n"))
+                out.write('\n ],\n "totals": ' if self.files else '],\n "totals": ')
+                out.write(json.dumps(totals, indent=1, ensure_ascii=False).replace("\n", "\n ") + "\n}")
+            os.replace(tmp, path)
+        except OSError:                      # no half report left behind; the spool keeps the lines
+            tmp.unlink(missing_ok=True)
+            raise
+        page = html_path(path)
         try:
             html_report.write(page, totals, self.digest)
         except OSError as exc:               # the JSON report is written and true: the page only shows it
-            page.with_name(page.name + ".tmp").unlink(missing_ok=True)
+            tmp_path(page).unlink(missing_ok=True)
             print(f"warning: no HTML report written to {page} ({exc.strerror or exc}); the JSON report {path} "
                   "has everything", file=sys.stderr)
         if self._out is not None:

@@ -11,17 +11,22 @@ before schema 2, or on a Milvus without BM25 functions) answer every mode with d
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from ingest.backends import BackendError, model_file
 from ingest.model_ref import ModelRef, resolve_model
 from ingest.store import MODES, Store, StoreError, is_local
+from ingest.store.lite_folder import foreign_folder
+from ingest.store.manifest import manifest_path
+from ingest.store.milvus import quote
 
 DEFAULT_MODE = "dense"      # measured best on the retrieval dev set (docs/retrieval.md)
 QUERY_BATCH = 64          # queries embedded per batch (eval)
+TAIL_ROWS = 1000          # rows read to find a source by its tail (`Searcher.missing`)
 
 
 class QueryEncoder:
@@ -62,23 +67,28 @@ def embed_query(ref: ModelRef, backend: str, query: str) -> np.ndarray:
 
 class Searcher:
     """An open collection to search (a context manager): checked to exist and be ingest's. A Milvus Lite
-    path that does not exist is a StoreError (one line), and nothing is created."""
+    path that does not exist is a StoreError (one line), and nothing is created. A collection ingest opened
+    but wrote no row into yet (a run creates it in Milvus with its first rows: its manifest alone exists) is
+    `empty`: every search answers no hits, and `mode` says why."""
 
     def __init__(self, uri: str, collection: str, model: str | None = None, encoder: QueryEncoder | None = None):
         if is_local(uri) and not Path(uri).exists():
             raise StoreError(f"no store at {uri}; ingest a folder into it first: ingest run FOLDER --store {uri}")
+        if foreign := foreign_folder(uri):
+            raise StoreError(foreign)
         self.store = Store(uri, collection)
         try:
             self.store.lock()
             recorded = self.store.recorded()
             if recorded is None and self.store.exists():
                 raise StoreError(f"collection {collection!r} in {uri} was not made by ingest; choose another --collection")
-            if recorded is None:
+            self.empty = recorded is None
+            if self.empty and not _has_manifest(self.store):
                 raise StoreError(f"no collection {collection!r} in {uri}; ingest a folder into it first: "
                                  f"ingest run FOLDER --store {uri} --collection {collection}")
-            self.backend = recorded[2]
-            self.schema, self.bm25 = self.store.schema()
-            self.encoder = encoder or QueryEncoder(model or recorded[0], self.backend)
+            self.backend = recorded[2] if recorded else ""
+            self.schema, self.bm25 = self.store.schema() if recorded else (Store.SCHEMA_VERSION, True)
+            self.encoder = encoder or QueryEncoder(model or (recorded[0] if recorded else "default"), self.backend)
         except BaseException:
             self.store.close()
             raise
@@ -87,6 +97,9 @@ class Searcher:
         """(the mode this collection can answer `asked` with, a one-line note when it differs, else "")."""
         if asked not in MODES:
             raise StoreError(f"unknown search mode {asked!r}; use one of {', '.join(MODES)}")
+        if self.empty:
+            return asked, (f"note: collection {self.store.collection!r} in {self.store.uri} is empty: no file has "
+                           "been ingested into it yet (ingest status shows its last run)")
         mode, note = asked, ""
         if asked != "dense" and not self.bm25:
             why = "was made by an older ingest (rerun `ingest run` with --reembed to add BM25)" if self.schema < 2 \
@@ -101,8 +114,27 @@ class Searcher:
     def search(self, queries: Sequence[str], k: int, mode: str) -> list[list[dict[str, Any]]]:
         """The k best hits of each query, in `mode` (one the collection answers: see `mode`); the
         queries are embedded together, in batches."""
+        if self.empty:
+            return [[] for _ in queries]
         vectors = self.encoder.embed(queries) if mode != "bm25" else [None] * len(queries)
         return [self.store.search(None if v is None else v.tolist(), k, mode, q) for q, v in zip(queries, vectors)]
+
+    def missing(self, sources: Iterable[str]) -> list[str]:
+        """Those of `sources` no chunk of the collection comes from (`same_doc`), one query each. Its LIKE
+        pattern has a one-character wildcard for each backslash, % or _ of the name (Milvus Lite and a server
+        escape differently), so it may find a few rows too many: they are checked here, TAIL_ROWS at most."""
+        wanted = sorted(set(sources))
+        if self.empty or not wanted:
+            return wanted
+        self.store.call("load the collection", "load_collection", self.store.collection)
+        out = []
+        for source in wanted:
+            pattern = "%/" + re.sub(r"[\\%_]", "_", source)
+            rows = self.store.call("look up a source", "query", self.store.collection, output_fields=["source"],
+                                   limit=TAIL_ROWS, filter=f"source == {quote(source)} or source like {quote(pattern)}")
+            if not any(same_doc(r["source"], source) for r in rows):
+                out.append(source)
+        return out
 
     def close(self) -> None:
         self.store.close()
@@ -120,6 +152,21 @@ def search(uri: str, collection: str, query: str, k: int, model: str | None = No
     cannot answer falls back to dense silently (use `Searcher.mode` for the note)."""
     with Searcher(uri, collection, model) as s:
         return s.search([query], k, s.mode(mode)[0])[0]
+
+
+def same_doc(hit_source: str, source: str) -> bool:
+    """Whether a hit's source is the document `source` names: the same path, or one ending in "/" and it."""
+    return hit_source == source or hit_source.endswith("/" + source)
+
+
+def _has_manifest(store: Store) -> bool:
+    """Whether a run of ingest opened the collection: its manifest exists (SQLite beside a Lite store, the
+    companion collection on a server)."""
+    if is_local(store.uri):
+        return manifest_path(store.uri, store.collection).exists()
+    from ingest.store.server_manifest import companion_name
+
+    return bool(store.call("look up the manifest collection", "has_collection", companion_name(store.collection)))
 
 
 def _fp32_if_exact(ref: ModelRef) -> str:

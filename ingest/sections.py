@@ -14,9 +14,8 @@ context as fields of their own.
 from __future__ import annotations
 
 import re
-import unicodedata
-from collections import Counter
 from dataclasses import dataclass, replace
+from operator import eq
 from pathlib import PurePosixPath
 
 from ingest.loaders import Page
@@ -187,40 +186,91 @@ def _cut(text: str, limit: int) -> str:
 
 
 # -- the junk filter -----------------------------------------------------------------------
-JUNK_SHARE = 0.5                    # a chunk is junk when runs like these make up more than this share of it
-LONG_RUN = 40                       # characters without a space that no language writes (URLs aside)
+# NOTE (junk): junk is what no language writes - encoded data (base64 with its data: URIs, long hex),
+# hex dumps, binary read as text (control characters, U+FFFD) - judged by character classes, never by
+# how a language looks. A long run without spaces is no sign by itself: Chinese, Japanese, Thai, Lao,
+# Khmer, Myanmar, Tibetan and Javanese write no spaces, OCR runs words together, formulas, table markup
+# and links are long runs too. Inside such runs only ASCII stretches of the base64 alphabet are looked
+# at (a link's run never), and they are encoded data when, taken together, they show what words and
+# identifiers never do (see _base64), or are long hex strings. A hex dump's words are pairs of hex digits
+# with letters inside them ("4f", "ff"; not a matrix's "a11 a12"). When in doubt the chunk is kept: an
+# embedded junk chunk costs a row, a dropped one loses text.
+JUNK_SHARE = 0.5                    # a chunk is junk when encoded runs make up more than this share of it,
+LANGUAGE_CHARS = 100                # and what is left of it is less than this (a sentence or a table row)
+LONG_RUN = 40                       # a run of non-spaces this long is looked into
 _LONG = re.compile(r"\S{%d,}" % LONG_RUN)
-_HEX_WORD = re.compile(r"(?<!\S)(?:0x)?[0-9a-fA-F]{2,16}[,:]?(?!\S)")    # a hex dump's word: a byte to a 64-bit word
-_UNREADABLE = {"Co", "Cc", "Cn", "Cs"}
-_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1b\x7f]")    # ASCII's Cc characters that str.isspace() rejects
+_CODE_RUN = re.compile(r"[A-Za-z0-9+/=_-]{32,}")             # a stretch of the base64(url) alphabet
+_NO_UPPER = str.maketrans("", "", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_NO_LOWER = str.maketrans("", "", "abcdefghijklmnopqrstuvwxyz")
+_NO_DIGIT = str.maketrans("", "", "0123456789")
+_NO_HEX = str.maketrans("", "", "0123456789abcdefABCDEF")
+_UPPER_PAIR = re.compile(r"[A-Z](?=[A-Z])")                 # capitals side by side: none in "SunMonTue"
+_LOWER_WORD = re.compile(r"[a-z]{4,}")                      # most small letters of words ("XMLHttpRequest")
+_SAME_CASE_WORD = re.compile(r"[a-z]{4,}|[A-Z]{4,}")
+_HEX_WORD = re.compile(r"(?<!\S)(?:0x)?(?:[0-9a-fA-F]{2}){1,8}[,:]?(?!\S)")   # a dump's word: 1 to 8 bytes
+_HEX_LETTER = re.compile(r"[a-fA-F]")
+_HEX_INNER = re.compile(r"[0-9a-fA-F][a-fA-F]")             # a letter not leading: "4f", "ff"; none in "a11 b12"
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x7f-\x84\x86-\x9f]")   # Cc but spaces and ESC (colored logs)
+_BROKEN = re.compile(r"[\ufffd\ud800-\udfff]")              # a decoder's replacement, a lone surrogate
 
 
-def _blob(run: str) -> bool:
-    """A long run that encodes data: varied characters (not a dot leader or a rule), and not a link."""
-    if run.startswith(("http://", "https://", "www.")):
-        return False
-    common = max(map(run.count, set(run[:64])))
-    return len(set(run)) >= 10 and common < 0.3 * len(run)
+def _encoded(runs: list[str]) -> int:
+    """The characters of `runs` (long runs of non-spaces) that are encoded data; links are not looked into."""
+    hex_chars, codes = 0, []
+    for run in runs:
+        if "://" in run or run.startswith("www."):
+            continue
+        for code in _CODE_RUN.findall(run):
+            if code.translate(_NO_HEX):
+                codes.append(code)
+            else:                                            # hex: sha sums, hex-encoded bytes
+                n, digits = len(code), len(code) - len(code.translate(_NO_DIGIT))
+                hex_chars += n if digits >= 0.3 * n and n - digits >= 0.1 * n else 0
+    return hex_chars + (sum(map(len, codes)) if codes and _base64(codes) else 0)
+
+
+def _base64(codes: list[str]) -> bool:
+    """Whether these stretches of the base64 alphabet, taken together, are encoded data, not words run together:
+    their letters mix cases at random (capitals side by side, small letters seldom four in a row); or digits
+    stand among letters of both cases that make no words (the UTF-8 of CJK, Indic, Thai text); or the same
+    characters come back every 4 (the lead bytes of one script's UTF-8, 3 bytes a letter)."""
+    joined = " ".join(codes)
+    n = len(joined) - len(codes) + 1
+    upper, lower = n - len(joined.translate(_NO_UPPER)), n - len(joined.translate(_NO_LOWER))
+    if min(upper, lower) >= 0.15 * n and 0 < 20 * len(_UPPER_PAIR.findall(joined)) >= upper \
+            and sum(map(len, _LOWER_WORD.findall(joined))) < 0.7 * lower:
+        return True
+    if min(upper, lower) >= 0.02 * n and n - len(joined.translate(_NO_DIGIT)) >= 0.1 * n \
+            and sum(map(len, _SAME_CASE_WORD.findall(joined))) < 0.3 * (upper + lower):
+        return True
+    flat = "".join(codes)
+    return 3 * sum(map(eq, flat, flat[4:])) >= n and len(set(flat)) >= 16
 
 
 def is_junk(chunk: str) -> bool:
-    """Base64/hex blobs, hex dumps and binary read as text: not language, never worth a vector."""
+    """Encoded data (base64, data: URIs, long hex), hex dumps and binary read as text: not language,
+    never worth a vector. Text in any script, OCR without spaces, formulas, tables and links are kept."""
     words = chunk.split()                      # str.split and str.isspace agree on what is a space
     visible = sum(map(len, words))
     if visible < 16:
         return False
-    runs = sum(len(m) for m in _LONG.findall(chunk) if _blob(m))
-    if runs > JUNK_SHARE * visible:
+    encoded = _encoded(_LONG.findall(chunk))
+    if encoded > JUNK_SHARE * visible and visible - encoded < LANGUAGE_CHARS:
         return True
-    if chunk.isascii():                        # its only unreadable characters: controls that are not spaces
-        unreadable = len(_ASCII_CONTROL.findall(chunk))
-    else:                                      # each distinct character judged once
-        unreadable = sum(n for c, n in Counter(chunk).items()
-                         if c == "\ufffd" or (not c.isspace() and unicodedata.category(c) in _UNREADABLE))
-    if unreadable > 0.1 * visible:
+    controls = _CONTROL.findall(chunk)           # random bytes hold ~9% of them, of ~23 kinds alike, in any
+    unreadable = len(controls)                   # 8-bit decoding; one kind making most of them stands for a
+    if controls:                                 # glyph (a PDF's \x03 for each space): text
+        top = max(map(controls.count, set(controls)))
+        unreadable -= top if top > unreadable / 2 else 0
+    if not chunk.isascii():                      # a mis-decoded letter is one U+FFFD: those count a quarter
+        unreadable += len(_BROKEN.findall(chunk)) / 4
+    if unreadable > 0.03 * visible:
         return True
     if len(words) >= 16:
         hex_words = _HEX_WORD.findall(chunk)      # the words that are hex, in one pass over the chunk
-        lettered = sum(1 for w in hex_words if any(c in "abcdefABCDEF" for c in w.removeprefix("0x")))
-        return len(hex_words) > 0.6 * len(words) and lettered > 0.2 * len(words)
+        if len(hex_words) <= 0.6 * len(words):
+            return False
+        lettered = [w for w in hex_words if w.startswith("0x") or _HEX_LETTER.search(w)]
+        inner = sum(1 for w in lettered if w.startswith("0x") or _HEX_INNER.search(w))
+        return len(lettered) > 0.2 * len(words) and inner > 0.05 * len(words)
     return False

@@ -21,7 +21,8 @@ from typing import Any
 from ingest.files import Finished
 from ingest.store import Store, StoreError, is_local
 from ingest.store.collection import STORE_META, Collection
-from ingest.store.manifest import Summary, manifest_path, read_summary
+from ingest.store.lite_folder import foreign_folder
+from ingest.store.manifest import Summary, manifest_path, read_summary, unreadable
 
 LAST_RUN = "last_run"          # the manifest meta key
 FAILED_MAX = 20                # failed files a last_run lists (it counts the others)
@@ -69,6 +70,8 @@ def status(cfg: dict[str, Any], *, as_json: bool) -> int:
 
 def _lite(uri: str, collection: str) -> dict[str, Any]:
     path = manifest_path(uri, collection)
+    if foreign := foreign_folder(uri):
+        raise StoreError(foreign)
     if not Path(uri).exists():
         raise StoreError(f"no store at {uri}; run ingest run FOLDER first")
     if not path.exists():
@@ -76,7 +79,7 @@ def _lite(uri: str, collection: str) -> dict[str, Any]:
     try:
         summary = read_summary(path)
     except sqlite3.Error as exc:
-        raise StoreError(f"cannot read the manifest {path}: {exc}; check the file's permissions") from None
+        raise StoreError(unreadable(path, exc)) from None
     trusted = _json(summary.meta.get(STORE_META))        # what the last clean close recorded (none during a run)
     recorded = tuple(trusted["recorded"]) if trusted else None
     return _info(uri, collection, summary, recorded, _flock_holder(uri))

@@ -13,7 +13,8 @@ retries keep it). The committer takes every sealed file at once (a slow store ma
 commits), waits until every batch of those groups and earlier ones is answered, then, without
 the writer's lock (add goes on submitting the next group's batches meanwhile), flushes the
 store if any of its files has rows in it, deletes stale rows of changed files (`file_hash !=
-new`, so a changed file is never missing from the store) and flushes the deletes, and only then
+new`, so a changed file is never missing from the store; a few calls for all its files,
+`Store.delete_stale`) and flushes the deletes, and only then
 commits the files' manifest entries, and posts Written for them in file order (one committer,
 groups in order). Rows of later groups may reach the store during a commit: they are other
 files' (a source is one file of the run), their entries wait for a later commit, and a flush
@@ -329,20 +330,15 @@ class Ledger:
         dropped = [f.ref.source for f in done if f.drop]
         keep = {f.ref.source: f.ref.file_hash for f in done        # a changed file: only its new version
                 if f.outcome.status in ("ingested", "empty") and f.old_hash and f.old_hash != f.ref.file_hash}
-        keep.update((f.ref.source, f.old_hash) for f in done       # failed part-way: only its last good copy
+        keep.update((f.ref.source, f.old_hash or "") for f in done     # failed part-way: only its last good copy
                     if f.outcome.status == "failed" and f.ref.source in self.touched)
+        keep.update((source, "") for source in dropped)            # dropped: nothing
         entries = [Entry(f.ref.source, f.ref.size, f.ref.mtime_ns, f.ref.file_hash, "ingested", f.outcome.chunks,
                          f.ref.fmt, self.settings) for f in done if f.record]
-        if keep or dropped or entries:
+        if keep or entries:
             self.manifest.fence()                # still ours? (NOTE: fencing)
-        for source, version in keep.items():
-            if version:
-                self.store.delete_stale(source, version)
-            else:
-                self.store.delete_source(source)
-        for source in dropped:
-            self.store.delete_source(source)
-        if keep or dropped:
+        if keep:
+            self.store.delete_stale(keep)        # a few calls for the whole commit, not one a file
             self.store.flush()
         self.touched.difference_update(f.ref.source for f in done)
         if entries:

@@ -91,3 +91,15 @@ def slow_text(path: Path, options: LoaderOptions) -> Iterator[Page]:
     """Loads like a text file, slowly: gives kill-and-resume tests time to strike mid-run."""
     time.sleep(float(os.environ.get("INGEST_TEST_SLOW_S", "1")))
     yield Page(None, path.read_text())
+
+
+@register("fault-killparent", (".killparent",), "txt")
+def kill_parent(path: Path, options: LoaderOptions) -> Iterator[Page]:
+    """SIGKILLs the process that started its worker: on the Ray engine, the load task's Ray worker (the
+    task dies, not the file's loader), after appending that pid to killed.pids beside the folder. Never use it
+    with the local engine: that parent is `ingest run`."""
+    with open(path.parent.parent / "killed.pids", "a") as log:
+        log.write(f"{os.getppid()}\n")
+    os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(60)
+    yield Page(None, "never")

@@ -148,6 +148,30 @@ def test_sigterm_while_starting_reports_and_exits_143(tmp_path: Path) -> None:
     _assert_group_gone(proc.pid)
 
 
+def test_sigterm_before_the_run_owns_the_signals_still_reports_and_exits_143(tmp_path: Path) -> None:
+    """While the command reads its config (a FIFO nobody writes: it waits there), before the engine exists:
+    the previous run's report must not stay as the last word."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text("Penguins huddle together through the polar night.")
+    (tmp_path / "report.json").write_text('{"totals": {"exit_code": 0}, "files": []}')      # an earlier run's
+    os.mkfifo(tmp_path / "slow.toml")
+    proc = _start(tmp_path, "--config", "slow.toml")
+    _wait(lambda: _waits_for_a_writer(proc.pid), "the config is being read", proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-3000:]
+    totals = json.loads((tmp_path / "report.json").read_text())["totals"]
+    assert totals["exit_code"] == 143 and totals["signal"] == "SIGTERM" and "starting" in totals["stopped_by"]
+
+
+def _waits_for_a_writer(pid: int) -> bool:
+    """The process waits in open() of a FIFO that has no writer (the kernel's wait channel says so)."""
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text() == "wait_for_partner"
+    except OSError:
+        return False
+
+
 def test_a_killed_run_leaves_no_onnx_export_running(tmp_path: Path) -> None:
     """The ONNX export (its own process, holding the cache lock) ends with the run that started it, even
     when that run is SIGKILLed at once: a rerun must not wait on a lock an orphan holds."""

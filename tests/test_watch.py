@@ -21,12 +21,12 @@ NULL = '[model]\nbackend = "null"\n'
 DEBOUNCE = 1.0      # the slow writer pauses 0.3 s: a loaded 2-core box may stall it, never by 0.7 s
 
 
-def _start(work: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+def _start(work: Path, *extra: str, env: dict[str, str] | None = None, quiet: bool = True) -> subprocess.Popen:
     """`ingest watch docs` in `work`, in a process group of its own (as a shell or service manager starts it)."""
     err = open(work / "watch.err", "a")
-    proc = subprocess.Popen([sys.executable, "-m", "ingest.cli", "watch", "docs", "--store", "store.db", "--quiet",
-                             "--debounce", str(DEBOUNCE), *extra], cwd=work, env={**cli_env(), **(env or {})},
-                            stdout=err, stderr=err, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "ingest.cli", "watch", "docs", "--store", "store.db",
+                             *(["--quiet"] if quiet else []), "--debounce", str(DEBOUNCE), *extra], cwd=work,
+                            env={**cli_env(), **(env or {})}, stdout=err, stderr=err, start_new_session=True)
     err.close()
     return proc
 

@@ -137,6 +137,17 @@ def watch_parent(role: str = "", interval_s: float = 0.5, exit_code: int = 70, p
     threading.Thread(target=loop, name="ingest-parent-watchdog", daemon=True).start()
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists (another user's counts: it is alive, only not ours to signal)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def name_process(role: str) -> None:
     """Show this process as `ingest-<role>` (Linux: the kernel's 15-character comm); a no-op elsewhere."""
     try:

@@ -22,8 +22,10 @@ NOTE (flow and shutdown protocol):
   them (PartWritten; Accepted for the last); ranges load while it has room, but the file next in
   order always may have one loading, so it never waits on files behind it.
 - Stop signals: ingest/engines/run.py NOTE; here the first signal (`on_stop`, from the handler, which
-  may put to the SimpleQueue) stops intake, kills loader workers, marks files not yet finished as
-  failed "interrupted" and lets the writer store what the encoder already has.
+  may put to the SimpleQueue) stops intake, kills loader workers and marks files not yet finished as
+  failed "interrupted"; the encode pool finishes at most the batch a worker is running and drops
+  the windows it read ahead, whose files fail "interrupted" too (ingest/encode.py NOTE); the writer
+  stores and records what it holds. So a stop takes at most one batch plus the writer's last commit.
 """
 from __future__ import annotations
 
@@ -238,8 +240,8 @@ class LocalRun(Run):
     # -- stopping ---------------------------------------------------------------------
     def _interrupt(self) -> None:
         if not self.quiet:
-            print(f"\n{self.signals.name}: writing what is already encoded (a second signal quits at once)",
-                  file=sys.stderr)
+            print(f"\n{self.signals.name}: stopping: writing what is already encoded, the rest is interrupted "
+                  "(a second signal quits at once)", file=sys.stderr)
         self.pools.stop()
         self._ranged.clear()
         for seq in sorted(self._pending):

@@ -27,17 +27,25 @@ and Ray; files already acknowledged are recorded, the rest fail "interrupted" (a
 some of their parts stored, never their last good copy). A stage that raises (an encode pool that
 cannot start) stops the run with one line (RunError); a store that does not answer, with a StoreError.
 
-NOTE (faults): per-file timeouts and crash isolation are the loader pools' own, inside each load
-task (Ray has no task timeout). Ray restarts a dead encode or writer actor and retries its call
-(max_restarts=-1, max_task_retries=-1); a load task whose Ray worker dies is retried. The ids are
-deterministic, so a pack written twice leaves the same rows, and a part acknowledged twice counts once.
+NOTE (faults and bounds): per-file timeouts and crash isolation are the loader pools' own, inside each
+load task (Ray has no task timeout). Neither Ray retries a call (max_task_retries=0, a load task's
+max_retries=0); Ray restarts an actor that ends (max_restarts=-1) and the driver sends again:
+- a pack whose actor ended goes again alone (nothing else in flight, once every actor answers
+  `__ray_ready__`: a call to a restarting actor fails unrun), so an end is its own; after PACK_DEATHS
+  ends a pack of several files is split, each file's parts alone with one end left; a file's pack that
+  ends then fails the file (the rows its writer may have stored go, its last good copy stays). Actors
+  with calls in flight that answer none for Flow.silent_s (2 x [model] timeout_s + 2 x [store]
+  timeout_s: a batch and its retry, an upsert and its retry) are killed, which is an end. The run
+  stops (RunError) when DEAD_PACKS_IN_A_ROW packs fail that way with none answered between, or when
+  the actors do not answer silent_s after an end.
+- a load task that raises or dies yields that error as its next pack; once its packs are answered, its
+  files not all in go again, each in a load task of its own, and a file alone in a failed task fails.
+- ray.get has a timeout (GET_S) everywhere, and ray.wait 0.5 s. A load task makes no fetch folder
+  for local files, and sweeps those of dead Ray workers (ray_stages.py). The ids are deterministic,
+  so a pack written twice leaves the same rows, and a part acknowledged twice counts once.
 """
 from __future__ import annotations
 
-import logging
-import math
-import os
-import signal
 import sys
 import threading
 import time
@@ -46,23 +54,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any, Iterator
 
-from ingest import load, remote
+from ingest import load
 from ingest.config import ConfigError, FORMAT_POOLS
-from ingest.engines.ray_flow import Flow
+from ingest.engines.ray_flow import DEAD_PACKS_IN_A_ROW, PACK_DEATHS, Call, Flow, Task, connect
 from ingest.engines.ray_stages import LoadSettings, PartAck
 from ingest.engines.run import Run, RunError
-from ingest.engines.stop import SIGNALS
 from ingest.files import INTERRUPTED, FileRef, Finished, Outcome, Times
 from ingest.loaders import format_for_extension, pool_for
 from ingest.sniff import unchanged
 from ingest.store import StoreError, is_local
 from ingest.timeline import unmeasured
-from ingest.workers.limits import usable_cores
 from ingest.write import FLUSH_EVERY_S, FLUSH_FILES, FLUSH_ROWS, Ledger
 
 BYTES_PER_TASK = 64 * 2 ** 20   # at most this much file data per task
 BATCH_WAIT_S = 1.0           # a task's files go out after this long even if it is not full (a slow listing)
-FORWARD_ENV = ("PYTHONPATH", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "MALLOC_ARENA_MAX")
+GET_S = 60.0                 # a ray.get of an answer Ray says is ready, or of a failed call's pack
 
 
 @dataclass
@@ -132,13 +138,7 @@ class RayRun(Run):
             self._shutdown_ray()
         if self.stopping.is_set():                # a file with some rows stored loses them, not its last good copy
             for seq in sorted(self._waiting):
-                ref = self._open[seq]
-                if ref.source in self.ledger.touched:
-                    self.ledger.failed.setdefault(ref.source, INTERRUPTED)
-                entry = self.col.known.get(ref.source)
-                self._file_done(Finished(ref, Outcome("failed", INTERRUPTED),
-                                         old_hash=entry.file_hash if entry else None))
-            self._waiting.clear()
+                self._fail(seq, INTERRUPTED)
 
     # -- intake: the scan into load tasks --------------------------------------------
     def _intake(self, files: Iterator[tuple[FileRef, Outcome | None]]) -> bool:
@@ -186,11 +186,14 @@ class RayRun(Run):
 
     # -- the stages' answers ---------------------------------------------------------
     def _pump(self) -> int:
-        """Wait up to 0.5 s for packs and acknowledgements; send the packs on, count the acknowledgements.
-        Rows stored."""
+        """Wait up to 0.5 s for packs and acknowledgements; send the packs on, count the acknowledgements, send
+        again what an actor's end or a load task's failure left (NOTE: bounds). Rows stored."""
         import ray
 
         flow = self._flow
+        if flow is not None and flow.send_again():
+            raise _StageError(f"the Ray engine stopped the run: its actors did not answer {flow.silent_s:.0f} s after "
+                              "one ended; see their logs in the Ray session's logs folder")
         waitables = flow.waitables() if flow is not None else []
         if not waitables:
             return 0
@@ -199,19 +202,87 @@ class RayRun(Run):
         rows = 0
         for item in ready:
             if item in flow.calls:
-                flow.answered(item)
+                call = flow.answered(item)
                 try:
-                    acks = ray.get(item)
+                    acks = ray.get(item, timeout=GET_S)
                 except ray.exceptions.RayError as exc:
-                    raise _StageError(f"the Ray engine stopped the run: {_first_line(exc)}") from None
+                    acks = self._failed(call, exc)
+                else:
+                    flow.done(call)
+                    flow.dead_packs = 0
                 for ack in acks:
                     rows += self._acknowledged(ack)
             elif flow.has_room():
                 try:
-                    flow.send(next(item))
+                    flow.send(next(item), flow.loads[item])
                 except StopIteration:
-                    flow.loads.remove(item)
+                    flow.exhausted(item)
+        flow.kill_silent()
+        while flow.ended:
+            self._resolve(flow.ended.pop())
         return rows
+
+    def _failed(self, call: Call, exc: BaseException) -> list[PartAck]:
+        """A writer call that answered an error: its pack is its load task's error (the task's files go again,
+        each alone), or an actor ended (the pack goes again alone, or after PACK_DEATHS ends its files fail), or
+        a stage raised (the run stops). The acknowledgements that fail the pack's files, if it comes to that."""
+        import ray
+
+        flow = self._flow
+        try:
+            parts = ray.get(call.pack, timeout=GET_S)
+        except ray.exceptions.RayError as load_exc:
+            flow.done(call, f"its Ray load task failed: {_cause(load_exc)}")
+            return []
+        if not isinstance(exc, (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError)):
+            raise _StageError(f"the Ray engine stopped the run: {_first_line(exc)}")
+        call.deaths += 1
+        if call.deaths < PACK_DEATHS:
+            flow.again.append(call)
+            return []
+        files: dict[int, list[Any]] = defaultdict(list)
+        for p in parts:
+            files[p.file.ref.seq].append(p)
+        if len(files) > 1:                       # which file ends it: each goes again alone, with one end left
+            flow.split(call, [ray.put(tuple(group)) for group in files.values()])
+            return []
+        flow.done(call)
+        if call.silent:
+            ended = f"encode and writer actors were silent for {flow.silent_s:.0f} s, and killed,"
+        else:
+            ended = f"{flow.actor_kind(exc, call)} actor ended"
+        flow.dead_packs += 1
+        if flow.dead_packs >= DEAD_PACKS_IN_A_ROW:
+            raise _StageError(f"the Ray engine stopped the run: the {ended} {PACK_DEATHS} times on each of "
+                              f"{DEAD_PACKS_IN_A_ROW} packs in a row; see the actors' logs in the Ray session's "
+                              "logs folder")
+        error = f"the {ended} {PACK_DEATHS} times with this file's chunks"
+        if not call.silent:
+            error += f" ({_cause(exc)})"
+        for p in parts:                          # rows its writer stored before it ended go with the file
+            self.ledger.touched.add(p.file.ref.source)
+        return [PartAck(p.file, p.index, p.count, 0, error) for p in parts]
+
+    def _resolve(self, task: Task) -> None:
+        """A load task whose packs are all answered: its files not all in go again, each in a task of its own;
+        a file that was alone in its task fails with its error."""
+        for ref, entry in task.files:
+            if ref.seq not in self._waiting:
+                continue
+            if task.error is None or task.alone:
+                self._fail(ref.seq, task.error or "its Ray load task ended without its last part")
+            else:
+                self._flow.load(task.pool, ((ref, entry),), alone=True)
+
+    def _fail(self, seq: int, error: str) -> None:
+        """A file sent to Ray that ends without all its parts: failed; its rows some parts stored go (its last
+        good copy stays)."""
+        ref = self._open[seq]
+        del self._waiting[seq]
+        if ref.source in self.ledger.touched:
+            self.ledger.failed.setdefault(ref.source, error)
+        entry = self.col.known.get(ref.source)
+        self._file_done(Finished(ref, Outcome("failed", error), old_hash=entry.file_hash if entry else None))
 
     def _acknowledged(self, ack: PartAck) -> int:
         """Count a part of its file; the file joins the ledger once all its parts are in (their number comes
@@ -252,7 +323,7 @@ class RayRun(Run):
         thread = threading.Thread(target=_ensure, args=(col, failed), name="ingest-collection", daemon=True)
         thread.start()
         try:
-            self._connect()
+            connect(self.cfg, self.root)
             settings = LoadSettings(self.loader_options, self.ocr_options, self.spec,
                                     tuple(self.cfg["loaders"]["plugins"]), self.cfg["limits"]["worker_memory_mb"],
                                     tuple((p, float(self.cfg["loaders"][p]["timeout_s"])) for p in FORMAT_POOLS),
@@ -266,39 +337,6 @@ class RayRun(Run):
         if failed:
             raise failed[0]
         return self._flow
-
-    def _connect(self) -> None:
-        """Join [ray] address, or start a local Ray for this run. A cluster's workers get this process's
-        INGEST_* settings and PYTHONPATH (plugins) as their runtime env; a local Ray's inherit this
-        process's environment (a runtime env would cost the first tasks fresh workers: 1.2 s instead of
-        0.3). Neither goes online for a model."""
-        import ray
-
-        if ray.is_initialized():
-            return
-        r = self.cfg["ray"]
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        kwargs: dict[str, Any] = dict(log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
-        if r["address"]:
-            prefixes = ("INGEST_", *remote.forwarded_env(self.root))      # a URL's credentials and endpoint
-            env = {k: v for k, v in os.environ.items() if k.startswith(prefixes) or k in FORWARD_ENV}
-            kwargs.update(address=r["address"], runtime_env={"env_vars": env})
-        else:
-            # The actors' CPUs are counted on top of the cores, so load tasks always have CPUs to run on.
-            actors = 1 if r["encode_actors"] == "auto" else r["encode_actors"]
-            cpus = r["cpus"] or math.ceil(usable_cores() + r["encode_cpus"] * actors + r["writer_cpus"] * r["writers"])
-            kwargs.update(address="local", num_cpus=cpus, include_dashboard=False,
-                          object_store_memory=r["object_store_mb"] * 2 ** 20)
-        # A Ray started here installs its own SIGTERM handler (kill Ray, exit 1): the run's stop handlers
-        # (ingest/engines/stop.py) come back, so SIGTERM still writes the report and exits 143; close() stops Ray.
-        handlers = {s: signal.getsignal(s) for s in SIGNALS}
-        try:
-            ray.init(**kwargs)
-        finally:
-            if threading.current_thread() is threading.main_thread():
-                for s, handler in handlers.items():
-                    signal.signal(s, handler)
-        logging.getLogger("ray").setLevel(logging.ERROR)
 
     def _shutdown_ray(self) -> None:
         import ray
@@ -332,3 +370,10 @@ def _ensure(col: Any, failed: list[BaseException]) -> None:
 
 def _first_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
+
+
+def _cause(exc: BaseException) -> str:
+    """Ray's reason a task or actor ended, in a few words (its last line, without the task's context)."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    last = (lines[-1] if lines else type(exc).__name__).removeprefix("ray.exceptions.")
+    return " ".join(last.split(" The task may or may not")[0].split())[:200]

@@ -14,7 +14,12 @@ writer answers one `PartAck` per part, which the driver counts per file.
 """
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import re
+import shutil
+import tempfile
 import time
 from collections import Counter, deque
 from concurrent.futures import Future
@@ -36,6 +41,7 @@ from ingest.timeline import Meter, shares
 from ingest.workers.encode import Pretokenized
 from ingest.workers.failure import Failure
 from ingest.workers.pool import Pools
+from ingest.workers.spawn import pid_alive
 from ingest.store.writers import Ack, Batch, Batcher, Refused, Segment, Unreachable, upsert
 
 RANGES_AHEAD = 2             # a big file's ranges loading ahead of the one its load task waits for
@@ -102,20 +108,59 @@ def packs(parts: Iterable[Part]) -> Iterator[tuple[Part, ...]]:
 
 
 # -- load tasks ------------------------------------------------------------------------------
-_pools: dict[LoadSettings, Pools] = {}
+_pools: dict[tuple[LoadSettings, bool], Pools] = {}        # (settings, whether its files are fetched)
+_locks: list[int] = []                                        # this process's fetch dir, locked while it lives
+_FETCH_DIR = re.compile(re.escape(remote.FETCH_PREFIX) + r"([0-9]+)-[a-z0-9_]+")   # a Ray worker's own
+
+
+def _fetch_dir() -> None:
+    """Where this process's loader pools fetch objects (ingest/remote.py NOTE): the run's own if this process
+    inherited it (a Ray the driver started: the driver removes it), else its own, locked while it lives."""
+    inherited = os.environ.get(remote.FETCH_ENV)
+    if inherited and os.path.isdir(inherited):
+        return
+    fd = os.open(remote.private_fetch_dir(), os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    _locks.append(fd)
+
+
+def _sweep_fetch_dirs() -> None:
+    """Remove the fetch dirs of Ray workers that died without removing theirs (killed): this user's, named by a
+    pid no process has, and not locked (a live owner in another pid namespace holds its lock)."""
+    tmp = tempfile.gettempdir()
+    for name in os.listdir(tmp):
+        match = _FETCH_DIR.fullmatch(name)
+        if match is None or pid_alive(int(match[1])):
+            continue
+        path = os.path.join(tmp, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_uid == os.getuid():
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass                                     # locked: its owner lives
+        finally:
+            os.close(fd)
 
 
 def load_files(files: tuple[tuple[FileRef, Entry | None], ...], settings: LoadSettings) -> Iterator[tuple[Part, ...]]:
     """A Ray generator task: sniff, plan, load, OCR and chunk each file (with its manifest entry) in loader
     pools that live as long as this Ray worker process (one process per pool, started on first use);
     packs of parts as they fill."""
-    pools = _pools.get(settings)
+    _sweep_fetch_dirs()
+    fetching = any(remote.is_url(ref.path) for ref, _ in files)
+    pools = _pools.get((settings, fetching))
     if pools is None:
         import_plugins(settings.plugins)             # formats resolve to their pools here too
-        remote.private_fetch_dir()                   # where its pools' workers fetch objects (ingest/remote.py NOTE)
+        if fetching:
+            _fetch_dir()                             # before its pools' workers start: they inherit it
         timeouts = dict(settings.timeouts)
-        pools = _pools[settings] = Pools({name: 1 for name in timeouts}, timeouts, init_loader_process,
-                                         (settings.plugins, settings.memory_mb))
+        pools = _pools[settings, fetching] = Pools({name: 1 for name in timeouts}, timeouts, init_loader_process,
+                                                   (settings.plugins, settings.memory_mb))
     planned = [load.plan(ref, None, entry, settings.manifest_settings, settings.max_file_mb) for ref, entry in files]
     # Every file's first load is queued at once, so the pools' workers go from file to file with no round
     # trip between (a pool's timeout counts from when its worker takes a task: workers/pool.py NOTE).
@@ -194,6 +239,7 @@ class EncodeParts:
         self.meter = Meter(None, "encode")
 
     def encode(self, parts: tuple[Part, ...]) -> tuple[Part, ...]:
+        _actor_fault(parts)
         groups = [(p, p.tokens) for p in parts if p.chunks]
         failures: list[tuple[int, int, BaseException]] = []         # appended by the pool's thread
         done: dict[int, Part] = {}
@@ -212,6 +258,20 @@ class EncodeParts:
         pool = getattr(self, "pool", None)
         if pool is not None:
             pool.close()
+
+
+def _actor_fault(parts: tuple[Part, ...]) -> None:
+    """Test hook, off unless INGEST_FAULT (workers/encode/_worker.py's rules, which ignore these actions) holds a
+    rule {"match": M, "action": "exit-actor" or "hang-actor"}: a pack with M in a chunk ends or hangs this actor."""
+    value = os.environ.get("INGEST_FAULT")
+    rules = json.loads(value) if value else []
+    for rule in [rules] if isinstance(rules, dict) else rules:
+        if rule.get("action") in ("exit-actor", "hang-actor") and any(rule["match"] in c.text
+                                                                       for p in parts for c in p.chunks):
+            if rule["action"] == "exit-actor":
+                os._exit(3)
+            while True:
+                time.sleep(3600)
 
 
 # -- writer actors ---------------------------------------------------------------------------

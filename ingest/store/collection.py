@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ingest.backends import choose, model_file
+from ingest.store.lite_folder import foreign_folder
 from ingest.store.manifest import Entry, Manifest, SqliteManifest, manifest_path
 from ingest.model_ref import ModelRef, resolve_model
 from ingest.store.server_manifest import Lease, ServerManifest
@@ -47,9 +48,7 @@ class Collection:
         gone = self.gone(unseen, unlisted)
         if gone:
             self.manifest.fence()
-        for source in gone:
-            self.store.delete_source(source)
-        if gone:
+            self.store.delete_stale(dict.fromkeys(gone, ""))    # a few calls, not one a file
             self.store.flush()
             self.manifest.remove(gone)
         return gone
@@ -82,6 +81,8 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
     backend ("auto": the collection's own), then empty both when `reembed`, else refuse other model,
     backend or chunking settings. A Lite store that is provably as its manifest describes it
     (`_trusted`) is checked against the manifest alone and served only once something is written."""
+    if foreign := foreign_folder(cfg["store"]["uri"]):     # a folder of documents: nothing written among them
+        raise StoreError(foreign)
     model = resolve_model(cfg["model"]["name"])
     ch = cfg["chunking"]
     store = Store(cfg["store"]["uri"], cfg["store"]["collection"], cfg["store"]["timeout_s"])

@@ -44,7 +44,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from ingest.workers.failure import Failure
-from ingest.workers.spawn import SHIELDED, watch_parent
+from ingest.workers.spawn import SHIELDED, pid_alive, watch_parent
 
 START_S, STOP_S, LOCK_WAIT_S = 60.0, 10.0, 5.0
 PREFIX, SOCKET = "ingest-lite-", "milvus.sock"
@@ -191,21 +191,13 @@ def _sweep() -> None:
         try:
             pid = int(d.name[len(PREFIX):].split("-", 1)[0])
             info = d.lstat()
-            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or _alive(pid) or _answers(d / SOCKET):
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or pid_alive(pid) or _answers(d / SOCKET):
                 continue
         except (ValueError, OSError):
             continue
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 def _answers(path: Path) -> bool:

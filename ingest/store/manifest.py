@@ -11,11 +11,14 @@ ingested.
 """
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, Protocol
+
+from ingest.store.milvus import StoreError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -75,6 +78,17 @@ def read_summary(path: Path) -> Summary:
         db.close()
 
 
+def unreadable(path: Path, exc: sqlite3.Error) -> str:
+    """The one-line error of a manifest SQLite cannot open or read: a permission problem, or a damaged file and
+    how to rebuild it (--reembed makes the collection and its manifest anew from the folder)."""
+    if "unable to open" in str(exc) or "readonly" in str(exc) or not os.access(path, os.R_OK):
+        hint = "check the permissions of the file and its folder"
+    else:
+        hint = (f"the file is damaged: move it aside (mv {path} {path}.damaged), then rerun ingest run with "
+                "--reembed (same --store and --collection) to rebuild the collection and its manifest")
+    return f"cannot read the manifest {path}: {exc}; {hint}"
+
+
 def manifest_path(uri: str, collection: str) -> Path:
     """The SQLite manifest of a Milvus Lite store file: next to it."""
     return Path(f"{Path(uri).resolve()}.{collection}.manifest.sqlite")
@@ -86,10 +100,17 @@ class SqliteManifest:
     def __init__(self, path: Path):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+        try:
+            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.executescript(_SCHEMA)
+            except sqlite3.Error:
+                self._db.close()
+                raise
+        except sqlite3.Error as exc:
+            raise StoreError(unreadable(path, exc)) from None
 
     def close(self) -> None:
         self._db.close()

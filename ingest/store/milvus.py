@@ -19,7 +19,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ingest.store.lite_host import LiteHost, LiteServer
 from ingest.store.schema import Columns, collection_schema, upsert_request
@@ -28,6 +28,8 @@ PROPS_MODEL, PROPS_DIM, PROPS_BACKEND = "ingest.model", "ingest.dim", "ingest.ba
 PROPS_SCHEMA, PROPS_BM25 = "ingest.schema", "ingest.bm25"    # absent: schema 1 (before titles and BM25)
 MODES = ("dense", "bm25", "hybrid")
 RRF_K = 60                # reciprocal-rank fusion: a hit's score is the sum of 1 / (RRF_K + its rank) over the lists
+DELETE_SOURCES, DELETE_IDS = 1024, 8192    # delete_stale: sources read at a time, ids deleted at a time
+READ_LIMIT = 16384        # rows of one query (a server's largest query window)
 
 
 # No keepalive pings on an idle connection, and one a minute during a call: Milvus Lite's gRPC server
@@ -320,15 +322,28 @@ class Store:
         if status.code or status.error_code:
             raise StoreRejected(f"the store refused to {what}: {' '.join(status.reason.split())[:300]}")
 
-    def delete_stale(self, source: str, file_hash: str) -> None:
-        """Remove every row of `source` but those of version `file_hash`: the versions it replaces, or the
-        rows of a new version abandoned part-way (then `file_hash` is the last good copy's)."""
-        self.call("delete old rows", "delete", self.collection,
-                  filter=f"source == {quote(source)} and file_hash != {quote(file_hash)}")
-
-    def delete_source(self, source: str) -> None:
-        """Remove every row of `source` (a file gone, dropped, or never complete)."""
-        self.call("delete rows", "delete", self.collection, filter=f"source == {quote(source)}")
+    def delete_stale(self, keep: Mapping[str, str]) -> None:
+        """Remove every row of each source of `keep` but those of the version it maps to ("": all): old versions,
+        one abandoned part-way (the last good copy kept), files gone. A few calls, not one filtered delete a file
+        (each scans the whole collection): DELETE_SOURCES sources' rows read at once (Strong: just written too),
+        the others deleted by id; a read that fills READ_LIMIT may be partial: redone on half the sources."""
+        todo, n = sorted(keep), DELETE_SOURCES
+        if todo:
+            self.call("load the collection", "load_collection", self.collection)
+        while todo:
+            names = ", ".join(map(quote, todo[:n]))
+            rows = self.call("read old rows", "query", self.collection, filter=f"source in [{names}]",
+                             output_fields=["source", "file_hash"], limit=READ_LIMIT, consistency_level="Strong")
+            if len(rows) >= READ_LIMIT and min(n, len(todo)) > 1:
+                n = min(n, len(todo)) // 2
+                continue
+            if len(rows) >= READ_LIMIT:
+                self.call("delete old rows", "delete", self.collection,
+                          filter=f"source == {quote(todo[0])} and file_hash != {quote(keep[todo[0]])}")
+            stale = [r["id"] for r in rows if r["file_hash"] != keep[r["source"]]]
+            for i in range(0, len(stale), DELETE_IDS):
+                self.call("delete old rows", "delete", self.collection, ids=stale[i:i + DELETE_IDS])
+            todo = todo[n:]
 
     def flush(self) -> None:
         self.call("flush", "flush", self.collection)

@@ -47,6 +47,7 @@ from typing import Any, Iterable, Iterator
 
 from ingest.store.manifest import Entry, Summary
 from ingest.store import SOURCE_MAX, Store, StoreError, one_line
+from ingest.workers.spawn import pid_alive
 
 SUFFIX = "__files"
 PROPS_ROLE = "ingest.role"          # property that marks a companion collection made by ingest
@@ -127,7 +128,7 @@ class Holder:
         """Expired (no heartbeat for LEASE_TTL_S), or held by a pid of this host, boot and pid namespace
         that no longer exists."""
         here = self.boot and self.pidns and (self.host, self.boot, self.pidns) == _where()
-        return self.expires < now or bool(here and not _alive(self.pid))
+        return self.expires < now or bool(here and not pid_alive(self.pid))
 
     def describe(self) -> str:
         return (f"the run on {self.host} (pid {self.pid}) since "
@@ -142,16 +143,6 @@ def _where() -> tuple[str, str, str]:
     except OSError:
         boot = pidns = ""
     return socket.gethostname(), boot, pidns
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:          # another user's process
-        return True
-    return True
 
 
 def read_lease(store: Store) -> Holder | None:

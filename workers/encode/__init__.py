@@ -92,15 +92,17 @@ class EncodeEngine:
                                         lazy_tokenizers=lazy_tokenizers)
         atexit.register(self.close)
 
-    def encode_groups(self, groups: Iterable[tuple[Any, Any]], on_rows=None,
-                      on_failed=None) -> Iterator[tuple[Any, np.ndarray]]:
+    def encode_groups(self, groups: Iterable[tuple[Any, Any]], on_rows=None, on_failed=None,
+                      stop: threading.Event | None = None) -> Iterator[tuple[Any, np.ndarray | None]]:
         """(key, rows) per group in input order. With `on_failed(first, count, error)`, chunks that
         cannot be encoded after every retry get NaN rows and are reported there (from the
-        coordinator's thread) instead of ending the call with EncodeError."""
+        coordinator's thread) instead of ending the call with EncodeError. Once `stop` is set, at most
+        the batch a worker is running finishes, and every group not fully encoded by then comes
+        back with rows None (_stream NOTE: stop)."""
         dim = self.dim                         # the first worker is ready: the batch plan is known
         c = self._coordinator
         max_windows = 2 + 2 * (c.tokenizer_workers + len(c.workers))
-        run = EncodeRun(groups, _window_for(c.plan), max_windows, c.wake, on_failed)
+        run = EncodeRun(groups, _window_for(c.plan), max_windows, c.wake, on_failed, stop)
         self._coordinator.submit(run)
         yield from run.results(dim, self._check_alive, on_rows)
 

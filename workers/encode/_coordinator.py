@@ -8,7 +8,7 @@ import queue
 import threading
 import time
 import traceback
-from collections import deque
+from collections import Counter, deque
 from dataclasses import replace
 from functools import partial
 from multiprocessing.connection import wait
@@ -115,7 +115,8 @@ class Coordinator:
                 for w in list(self.workers):
                     self._poll(w)
                 self._check_deadlines()
-                self._runs = [r for r in self._runs if not (r.stopped or r.finished)]
+                self._cut_short()
+                self._runs = [r for r in self._runs if not (r.stopped or r.finished or r.drained)]
                 self._cut_windows()
                 self._dispatch()
                 self._sleep()
@@ -171,7 +172,7 @@ class Coordinator:
         w.running.discard(batch_id)
         w.last_progress = now
         batch = w.in_flight.pop(batch_id, None)
-        return None if batch is None or batch.window.run.stopped else batch
+        return None if batch is None or batch.window.run.stopped or batch.window.run.drained else batch
 
     def _on_devices(self, w: EncodeProcess, cuda_devices: int) -> None:
         w.spec = replace(w.spec, device="cuda:0" if cuda_devices else "cpu")
@@ -261,12 +262,26 @@ class Coordinator:
             elif w.ready is not None and w.in_flight and now - w.last_progress > self.timeout_s:
                 self._lost(w, f"timed out after {self.timeout_s:g} s")
 
+    def _cut_short(self) -> None:
+        """Runs whose stop is set: drop their batches not yet sent; they end once no batch of theirs is running
+        that would complete its window (the others' rows could never be used: _stream NOTE: stop)."""
+        for run in self._runs:
+            if run.stop is None or not run.stop.is_set() or run.stopped:
+                continue
+            if not run.cut:
+                run.cut_short()
+                self._ready = deque(b for b in self._ready if b.window.run is not run)
+            running = Counter(b.window for w in self.workers for b in map(w.in_flight.get, w.running)
+                              if b is not None and b.window.run is run)
+            if not any(window.pending == n for window, n in running.items()):
+                run.drain()
+
     def _cut_windows(self) -> None:
         if self.plan is None:
             return
         now = time.monotonic()
         for run in self._runs:
-            while (cut := run.next_window(now)) is not None:
+            while not run.cut and (cut := run.next_window(now)) is not None:
                 window = Window(run, *cut)
                 if window.tokens is None:
                     self._tokenize(window)
@@ -291,7 +306,7 @@ class Coordinator:
         self.wake()
 
     def _on_tokenized(self, window: Window, future) -> None:
-        if window.run.stopped:
+        if window.run.stopped or window.run.cut:
             return
         try:
             tokenized = future.result()
@@ -328,7 +343,7 @@ class Coordinator:
             if len(w.in_flight) >= IN_FLIGHT["cuda" if w.ready.device.startswith("cuda") else "cpu"]:
                 return
             batch = self._ready.popleft()
-            if batch.window.run.stopped:
+            if batch.window.run.stopped or batch.window.run.cut:
                 continue
             texts = tuple(batch.window.texts[p] for p in batch.positions) if self._with_texts else None
             w.submit(batch, EncodeTask(batch.id, batch.ids, batch.lengths, texts))
@@ -343,7 +358,7 @@ class Coordinator:
                 until = min(until, w.last_progress + self.timeout_s)
         if self.plan is not None:
             for run in self._runs:
-                if (due := run.stall_deadline()) is not None:
+                if not run.cut and (due := run.stall_deadline()) is not None:
                     until = min(until, due)
         handles = [w.results for w in self.workers] + [w.process.sentinel for w in self.workers]
         wait(handles + [self._wake], max(0.0, until - now) + 0.001)

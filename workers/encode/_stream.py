@@ -10,6 +10,14 @@ them in input order; the caller's thread re-cuts their rows into groups. Memory 
 bounded: at most `max_windows` windows exist between being cut and being taken by the
 caller (the reorder buffer's capacity), and the feeder blocks on a bounded inbox, so an
 input larger than RAM is consumed lazily.
+
+NOTE (stop): a run given a `stop` Event is cut short once it is set (the coordinator notices within
+its ~0.5 s sleep): what is not yet on a worker (the inbox, texts not yet cut, windows tokenizing,
+batches queued) is dropped, and only the batches a worker is running that complete their window
+are waited for (a window's rows come back whole or not at all, so the others' work is lost anyway).
+Once none is left (`drain`), the caller gets the groups whose rows all came back, then None for
+every other group: those it already handed over and those still to come, which the feeder reads to
+the end of the input without encoding them. A stop costs at most one batch, not the windows read ahead.
 """
 from __future__ import annotations
 
@@ -26,14 +34,19 @@ from ._messages import Pretokenized
 
 STALL_S = 0.05
 _END = object()
+_DRAINED = object()                          # on the results queue: no more rows come (NOTE: stop)
 
 
 class EncodeRun:
     def __init__(self, groups: Iterable[tuple[Any, Any]], window_size: int, max_windows: int,
-                 wake: Callable[[], None], on_failed: Callable[[int, int, BaseException], None] | None = None):
+                 wake: Callable[[], None], on_failed: Callable[[int, int, BaseException], None] | None = None,
+                 stop: threading.Event | None = None):
         self.window_size = window_size
         self.on_failed = on_failed           # set: chunks that cannot be encoded get NaN rows, the run goes on
+        self.stop = stop                     # once set, the run is cut short (NOTE: stop)
         self.stopped = False                 # failed or abandoned: the coordinator drops it
+        self.cut = False                     # cut short: nothing more is cut into windows or dispatched
+        self.drained = False                 # cut short and no batch of it running: the coordinator drops it
         self._wake = wake
         self._inbox: queue.Queue = queue.Queue(maxsize=window_size)
         self._layout: deque[tuple[Any, int]] = deque()    # (key, rows) in input order
@@ -72,10 +85,10 @@ class EncodeRun:
                     items = [(text, None) for text in texts]
                 seen += len(items)
                 self._layout.append((key, len(items)))
-                if items:
+                if items and not self.cut:
                     self._put((time.monotonic(), items))
                 else:
-                    self._results.put(None)          # lets the caller yield the empty group now
+                    self._results.put(None)          # lets the caller yield the group now
             self._put(_END)
         except BaseException as exc:                 # the input's own error, raised to the caller
             self.fail(exc)
@@ -84,7 +97,7 @@ class EncodeRun:
             self._results.put(None)
 
     def _put(self, item: Any) -> None:
-        while not self.stopped:
+        while not (self.stopped or self.cut):
             try:
                 self._inbox.put(item, timeout=0.25)
             except queue.Full:
@@ -93,6 +106,16 @@ class EncodeRun:
             return
 
     # -- coordinator thread ----------------------------------------------------------
+    def cut_short(self) -> None:
+        """The stop is set: cut nothing more; the texts not yet in a window are dropped (NOTE: stop)."""
+        self.cut = True
+        self._pending.clear()
+
+    def drain(self) -> None:
+        """Cut short, and no batch of this run is running: the caller gets None for every group left."""
+        self.drained = True
+        self._results.put(_DRAINED)
+
     def next_window(self, now: float) -> tuple[int, int, list[str], tuple[np.ndarray, np.ndarray] | None] | None:
         """(window number, run index of its first text, texts, (flat ids, lengths) if every text
         came pretokenized else None) if one is due and may be cut."""
@@ -158,13 +181,19 @@ class EncodeRun:
 
     # -- caller's thread -------------------------------------------------------------
     def results(self, dim: int, check_alive: Callable[[], None],
-                on_rows: Callable[[int], None] | None = None) -> Iterator[tuple[Any, np.ndarray]]:
+                on_rows: Callable[[int], None] | None = None) -> Iterator[tuple[Any, np.ndarray | None]]:
+        """(key, rows) per group in input order; rows None for a group the stop dropped (NOTE: stop)."""
         rows = _Rows(dim)
+        drained = False
         try:
             while True:
-                while self._layout and self._layout[0][1] <= rows.count:
+                while self._layout and (self._layout[0][1] <= rows.count or drained):
                     key, n = self._layout.popleft()
-                    yield key, rows.take(n)
+                    if n <= rows.count:
+                        yield key, rows.take(n)
+                    else:                            # drained: its rows never come (those here are dropped)
+                        rows.take(rows.count)
+                        yield key, None
                 if self._input_done.is_set() and self._error is None and not self._layout:
                     return
                 try:
@@ -174,6 +203,9 @@ class EncodeRun:
                     continue
                 if isinstance(item, BaseException):
                     raise item
+                if item is _DRAINED:
+                    drained = True
+                    continue
                 if item is not None:
                     rows.add(item)
                     with self._slots_lock:

@@ -146,13 +146,14 @@ def _report_unstarted(args: argparse.Namespace, cfg: dict[str, Any] | None, erro
     else beside the store if its URI is known (the config, --store, or the [store] uri of a config file that
     is still TOML); else none. "" or why it was not written (report.write_unstarted)."""
     from ingest.report import default_report_path, write_unstarted
+    from ingest.store.base import redact
 
     uri = cfg["store"]["uri"] if cfg else args.store or _configured_uri(args)
     path = args.report or (default_report_path(uri) if uri else None)
     if path is None:
         return ""
     return write_unstarted(path, error, code, 0.0, {
-        "store": uri, "collection": cfg["store"]["collection"] if cfg else args.collection,
+        "store": redact(uri) if uri else uri, "collection": cfg["store"]["collection"] if cfg else args.collection,
         "model": cfg["model"]["name"] if cfg else args.model, "backend": None, **totals})
 
 

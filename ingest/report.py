@@ -22,7 +22,7 @@ from ingest import html_report
 from ingest.files import Finished
 from ingest.outputs import html_path, spool_path, tmp_path
 from ingest.scan import unlisted
-from ingest.store import is_local
+from ingest.store import local_path
 
 if TYPE_CHECKING:
     from ingest.encode import EncodeStage
@@ -33,7 +33,7 @@ _ENCODE = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def default_report_path(uri: str) -> Path:
-    return Path(f"{Path(uri).resolve()}.report.json") if is_local(uri) else Path("ingest-report.json")
+    return Path(f"{local_path(uri)}.report.json") if local_path(uri) else Path("ingest-report.json")
 
 
 def unwritable(path: Path) -> str | None:

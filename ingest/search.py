@@ -11,18 +11,16 @@ before schema 2, or on a Milvus without BM25 functions) answer every mode with d
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from ingest.backends import BackendError, model_file
 from ingest.model_ref import ModelRef, resolve_model
-from ingest.store import MODES, Store, StoreError, is_local
+from ingest.store import MODES, StoreBase, StoreError, local_path, open_store
+from ingest.store.base import SCHEMA_VERSION
 from ingest.store.lite_folder import foreign_folder
 from ingest.store.manifest import manifest_path
-from ingest.store.milvus import quote
 
 DEFAULT_MODE = "dense"      # measured best on the retrieval dev set (docs/retrieval.md)
 QUERY_BATCH = 64          # queries embedded per batch (eval)
@@ -72,11 +70,11 @@ class Searcher:
     `empty`: every search answers no hits, and `mode` says why."""
 
     def __init__(self, uri: str, collection: str, model: str | None = None, encoder: QueryEncoder | None = None):
-        if is_local(uri) and not Path(uri).exists():
+        if (path := local_path(uri)) is not None and not path.exists():
             raise StoreError(f"no store at {uri}; ingest a folder into it first: ingest run FOLDER --store {uri}")
         if foreign := foreign_folder(uri):
             raise StoreError(foreign)
-        self.store = Store(uri, collection)
+        self.store = open_store(uri, collection)
         try:
             self.store.lock()
             recorded = self.store.recorded()
@@ -87,7 +85,7 @@ class Searcher:
                 raise StoreError(f"no collection {collection!r} in {uri}; ingest a folder into it first: "
                                  f"ingest run FOLDER --store {uri} --collection {collection}")
             self.backend = recorded[2] if recorded else ""
-            self.schema, self.bm25 = self.store.schema() if recorded else (Store.SCHEMA_VERSION, True)
+            self.schema, self.bm25 = self.store.schema() if recorded else (SCHEMA_VERSION, True)
             self.encoder = encoder or QueryEncoder(model or (recorded[0] if recorded else "default"), self.backend)
         except BaseException:
             self.store.close()
@@ -120,21 +118,13 @@ class Searcher:
         return [self.store.search(None if v is None else v.tolist(), k, mode, q) for q, v in zip(queries, vectors)]
 
     def missing(self, sources: Iterable[str]) -> list[str]:
-        """Those of `sources` no chunk of the collection comes from (`same_doc`), one query each. Its LIKE
-        pattern has a one-character wildcard for each backslash, % or _ of the name (Milvus Lite and a server
-        escape differently), so it may find a few rows too many: they are checked here, TAIL_ROWS at most."""
+        """Those of `sources` no chunk of the collection comes from (`same_doc`), one query each. The store may
+        find a few sources too many (`sources_like`): they are checked here, TAIL_ROWS at most."""
         wanted = sorted(set(sources))
         if self.empty or not wanted:
             return wanted
-        self.store.call("load the collection", "load_collection", self.store.collection)
-        out = []
-        for source in wanted:
-            pattern = "%/" + re.sub(r"[\\%_]", "_", source)
-            rows = self.store.call("look up a source", "query", self.store.collection, output_fields=["source"],
-                                   limit=TAIL_ROWS, filter=f"source == {quote(source)} or source like {quote(pattern)}")
-            if not any(same_doc(r["source"], source) for r in rows):
-                out.append(source)
-        return out
+        return [source for source in wanted
+                if not any(same_doc(found, source) for found in self.store.sources_like(source, TAIL_ROWS))]
 
     def close(self) -> None:
         self.store.close()
@@ -159,14 +149,12 @@ def same_doc(hit_source: str, source: str) -> bool:
     return hit_source == source or hit_source.endswith("/" + source)
 
 
-def _has_manifest(store: Store) -> bool:
-    """Whether a run of ingest opened the collection: its manifest exists (SQLite beside a Lite store, the
-    companion collection on a server)."""
-    if is_local(store.uri):
+def _has_manifest(store: StoreBase) -> bool:
+    """Whether a run of ingest opened the collection: its manifest exists (SQLite beside an embedded store,
+    else in the server)."""
+    if store.caps.embedded:
         return manifest_path(store.uri, store.collection).exists()
-    from ingest.store.server_manifest import companion_name
-
-    return bool(store.call("look up the manifest collection", "has_collection", companion_name(store.collection)))
+    return store.has_manifest()
 
 
 def _fp32_if_exact(ref: ModelRef) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.files import Finished
-from ingest.store import Store, StoreError, is_local
+from ingest.store import StoreError, is_local, local_path, open_store
 from ingest.store.collection import STORE_META, Collection
 from ingest.store.lite_folder import foreign_folder
 from ingest.store.manifest import Summary, manifest_path, read_summary, unreadable
@@ -63,16 +63,17 @@ def status(cfg: dict[str, Any], *, as_json: bool) -> int:
     """Print what the configured collection holds and its last run (text, or one JSON object); 0. A store
     or collection that does not exist is a StoreError (one line), and nothing is created."""
     uri, collection = cfg["store"]["uri"], cfg["store"]["collection"]
-    info = _lite(uri, collection) if is_local(uri) else _server(uri, collection, cfg["store"]["timeout_s"])
+    info = _embedded(uri, collection) if is_local(uri) else _server(uri, collection, cfg["store"]["timeout_s"])
     print(json.dumps(info, ensure_ascii=False, indent=1) if as_json else text(info))
     return 0
 
 
-def _lite(uri: str, collection: str) -> dict[str, Any]:
+def _embedded(uri: str, collection: str) -> dict[str, Any]:
+    """Milvus Lite, Qdrant's local mode: read from the SQLite manifest beside the store, which stays closed."""
     path = manifest_path(uri, collection)
     if foreign := foreign_folder(uri):
         raise StoreError(foreign)
-    if not Path(uri).exists():
+    if not local_path(uri).exists():
         raise StoreError(f"no store at {uri}; run ingest run FOLDER first")
     if not path.exists():
         raise StoreError(f"no collection {collection!r} in {uri}; run ingest run FOLDER --collection {collection} first")
@@ -82,23 +83,20 @@ def _lite(uri: str, collection: str) -> dict[str, Any]:
         raise StoreError(unreadable(path, exc)) from None
     trusted = _json(summary.meta.get(STORE_META))        # what the last clean close recorded (none during a run)
     recorded = tuple(trusted["recorded"]) if trusted else None
-    return _info(uri, collection, summary, recorded, _flock_holder(uri))
+    return _info(uri, collection, summary, recorded, _flock_holder(local_path(uri)))
 
 
 def _server(uri: str, collection: str, timeout_s: float) -> dict[str, Any]:
-    from ingest.store.server_manifest import read_lease, read_summary as read_server
-
-    store = Store(uri, collection, timeout_s)
+    store = open_store(uri, collection, timeout_s)
     try:
         recorded = store.recorded()
         if recorded is None:
             why = "was not made by ingest; choose another --collection" if store.exists() else \
-                f"does not exist; run ingest run FOLDER --store {uri} --collection {collection} first"
-            raise StoreError(f"collection {collection!r} on {uri} {why}")
-        summary = read_server(store)
-        holder = read_lease(store) if summary is not None else None
-        in_use = holder.describe() if holder is not None and not holder.stale(time.time()) else None
-        return _info(uri, collection, summary or Summary({}, []), recorded, in_use)
+                f"does not exist; run ingest run FOLDER --store {store.uri} --collection {collection} first"
+            raise StoreError(f"collection {collection!r} on {store.uri} {why}")
+        summary = store.summary()
+        in_use = store.holder() if summary is not None else None
+        return _info(store.uri, collection, summary or Summary({}, []), recorded, in_use)
     finally:
         store.close()
 
@@ -130,9 +128,9 @@ def _json(value: str | None) -> Any:
         return None
 
 
-def _flock_holder(uri: str) -> str | None:
-    """Who holds a Lite store's flock (a run), from /proc/locks: nothing is locked or opened to tell."""
-    lock = Path(f"{Path(uri).resolve()}.lock")
+def _flock_holder(path: Path) -> str | None:
+    """Who holds an embedded store's flock (a run), from /proc/locks: nothing is locked or opened to tell."""
+    lock = Path(f"{path}.lock")
     try:
         st = lock.stat()
         locks = Path("/proc/locks").read_text()

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ingest.outputs import report_outputs
-from ingest.store import is_local
+from ingest.store import local_path
 
 MAX_WATCHES = "/proc/sys/fs/inotify/max_user_watches"
 SPARE = 1024          # inotify watches left to this user's other programs
@@ -116,7 +116,7 @@ def _held() -> int:
 def ignore(uri: str, report: Path) -> Callable[[Any, str], bool]:
     """watchfiles' filter: False for the run's outputs and a Lite store's files (NOTE)."""
     mine = {str(p) for p in report_outputs(report)}
-    store = str(Path(uri).resolve()) if is_local(uri) else None
+    store = str(local_path(uri)) if local_path(uri) else None
     below = (store + "/", store + ".") if store else ()
     return lambda change, path: path not in mine and path != store and not (below and path.startswith(below))
 

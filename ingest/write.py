@@ -2,7 +2,8 @@
 
 NOTE (write protocol): `add` cuts the encoder's rows into batches of [store] batch_size and
 submits each to the writer processes (`ingest.store.writers`: a pool of `writers` processes, one
-for a Milvus Lite store, which the run serves from its own host process) and goes on; it
+for a Milvus Lite store, which the run serves from its own host process; a thread of the run for a
+store no other process may open, Qdrant's local mode) and goes on; it
 waits only when more than MAX_IN_FLIGHT batches per process are unanswered. A file whose
 last part was added is `accepted`: the dispatcher may load another (its text now lives in
 batches, bounded as above), and joins the open group. Every FLUSH_ROWS rows, FLUSH_FILES files
@@ -58,9 +59,10 @@ import numpy as np
 from ingest.files import Finished
 from ingest.store.manifest import Entry, Manifest
 from ingest.timeline import BusyClock, Timeline, shares
-from ingest.store import Store, StoreError, is_local
+from ingest.store import StoreBase, StoreError
 from ingest.workers.failure import Failure
-from ingest.store.writers import Ack, Batch, Batcher, Refused, Segment, Unreachable, WriterPool, answer_within
+from ingest.store.writers import (Ack, Batch, Batcher, InlineWriter, Refused, Segment, Unreachable, WriterPool,
+                                  answer_within)
 
 FLUSH_EVERY_S = 5.0
 FLUSH_ROWS = 8192           # Milvus Lite here: 245 us/row flushing every 512 rows, 160 every 1,536 (bench/feed.py)
@@ -70,13 +72,13 @@ MAX_SEALED_FILES = 4 * FLUSH_FILES      # files sealed and not yet committed bef
 
 
 class Writer:
-    def __init__(self, store: Store, manifest: Manifest, model: str, settings: str, batch_rows: int,
+    def __init__(self, store: StoreBase, manifest: Manifest, model: str, settings: str, batch_rows: int,
                  on_accepted: Callable[[Finished], None], on_written: Callable[[Finished], None], backend: str,
                  writers: int = 1, timeline: Timeline | None = None):
         self.store = store
         self.model, self.batch_rows, self.backend = model, batch_rows, backend
         self.on_accepted, self.on_written = on_accepted, on_written
-        self.processes = 1 if is_local(store.uri) else max(1, writers)    # Lite: one writer at a time
+        self.processes = store.caps.writers or max(1, writers)    # Milvus Lite: one writer at a time
         self.ledger = Ledger(store, manifest, settings)     # ledger.files: the open group
         self.last_flush = time.monotonic()
         timeline = timeline or Timeline()
@@ -192,7 +194,8 @@ class Writer:
     def _submit(self, batch: Batch, group: int) -> None:
         if self._closed:
             raise StoreError(f"the run stopped before {batch.rows} rows were written to {self.store.uri}")
-        pool = self._pool = self._pool or WriterPool(self.store.endpoint(), self.processes)
+        pool = self._pool = self._pool or (WriterPool(self.store.endpoint(), self.processes) if self.store.caps.hosted
+                                           else InlineWriter(self.store))
         self._batches.start()
         future = pool.submit(batch)
         future.add_done_callback(lambda _: self._batches.end())
@@ -312,7 +315,7 @@ class Ledger:
     """Files whose rows were all sent, until the flush that records them: store first, then manifest
     (NOTE above). Both engines keep one: the local Writer, and the Ray engine's driver."""
 
-    def __init__(self, store: Store, manifest: Manifest, settings: str):
+    def __init__(self, store: StoreBase, manifest: Manifest, settings: str):
         self.store, self.manifest, self.settings = store, manifest, settings
         self.files: list[Finished] = []      # every batch with their rows answered, or none sent
         self.failed: dict[str, str] = {}     # source -> error, for files failed while being written
@@ -335,16 +338,10 @@ class Ledger:
         keep.update((source, "") for source in dropped)            # dropped: nothing
         entries = [Entry(f.ref.source, f.ref.size, f.ref.mtime_ns, f.ref.file_hash, "ingested", f.outcome.chunks,
                          f.ref.fmt, self.settings) for f in done if f.record]
-        if keep or entries:
-            self.manifest.fence()                # still ours? (NOTE: fencing)
-        if keep:
-            self.store.delete_stale(keep)        # a few calls for the whole commit, not one a file
-            self.store.flush()
+        # fence (NOTE: fencing), delete in a few calls for the whole commit, flush, record: in one transaction
+        # where the store has them (ingest.store.base NOTE: commit order)
+        self.store.commit(self.manifest, keep, entries, dropped)
         self.touched.difference_update(f.ref.source for f in done)
-        if entries:
-            self.manifest.record(entries)
-        if dropped:
-            self.manifest.remove(dropped)
         return done
 
     def _settle(self, file: Finished) -> Finished:

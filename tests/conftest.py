@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from pg_server import pg_server, pg_uri  # noqa: F401  (fixtures: one PostgreSQL + pgvector a session)
 
 TESTS = Path(__file__).parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

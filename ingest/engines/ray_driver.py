@@ -62,7 +62,7 @@ from ingest.engines.run import Run, RunError
 from ingest.files import INTERRUPTED, FileRef, Finished, Outcome, Times
 from ingest.loaders import format_for_extension, pool_for
 from ingest.sniff import unchanged
-from ingest.store import StoreError, is_local
+from ingest.store import StoreError, is_local, kind, redact
 from ingest.timeline import unmeasured
 from ingest.write import FLUSH_EVERY_S, FLUSH_FILES, FLUSH_ROWS, Ledger
 
@@ -91,7 +91,11 @@ class RayRun(Run):
     """The run with Ray as its engine (see NOTE)."""
 
     def check(self) -> None:
-        if is_local(self.cfg["store"]["uri"]) and self.cfg["ray"]["address"]:
+        uri = redact(self.cfg["store"]["uri"])
+        if kind(uri) == "qdrant-local":
+            raise ConfigError(f"store {uri} is Qdrant's local mode, which only the run's own process may open, not "
+                              "Ray's writers; use --engine local, or a Qdrant server (--store qdrant://host:6333)")
+        if is_local(uri) and self.cfg["ray"]["address"]:
             raise ConfigError(f"store {self.cfg['store']['uri']} is a Milvus Lite file, which only this machine can "
                               "write; with [ray] address set, use a Milvus server URI (--store http://host:19530)")
 

@@ -35,7 +35,7 @@ from ingest.files import FileRef, Finished, Row
 from ingest.load import Job, import_plugins, init_loader_process
 from ingest.loaders import LoaderOptions, OcrOptions
 from ingest.model_ref import ModelRef
-from ingest.store import Endpoint, Store
+from ingest.store import Endpoint, StoreBase, store_at
 from ingest.store.manifest import Entry
 from ingest.timeline import Meter, shares
 from ingest.workers.encode import Pretokenized
@@ -281,10 +281,10 @@ class WriteParts:
 
     def __init__(self, endpoint: Endpoint, batch_rows: int):
         self.endpoint, self.batch_rows = endpoint, batch_rows
-        self.store: Store | None = None
+        self.store: StoreBase | None = None
 
     def write(self, parts: tuple[Part, ...]) -> tuple[PartAck, ...]:
-        self.store = self.store or Store.at(self.endpoint)
+        self.store = self.store or store_at(self.endpoint)
         errors: dict[str, tuple[str, bool]] = {}            # source -> (error, unreachable)
         stored: dict[str, set[int]] = {}                    # source -> chunks in acknowledged batches
         spent: dict[str, float] = {}                        # source -> seconds its rows' upserts took

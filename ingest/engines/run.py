@@ -39,7 +39,7 @@ from ingest.progress import Progress
 from ingest.report import Tally, default_report_path, summary, unwritable, write_unstarted
 from ingest.scan import Scan, common_root, scan, under
 from ingest.status import LastRun
-from ingest.store import StoreError
+from ingest.store import StoreError, redact
 from ingest.store.collection import open_collection
 
 
@@ -116,6 +116,8 @@ class Run:
                 self.settle(Finished(ref, Outcome("failed", f"not written: {fatal}")))
         try:
             pruned = self._prune() if not (self.stopping.is_set() or fatal) else 0
+            if not (self.stopping.is_set() or fatal):
+                col.store.finish()            # PostgreSQL: the HNSW index, once, after a bulk first load
         except StoreError as exc:             # lease lost or store gone while pruning: the report says so
             pruned, fatal = 0, exc
         code = (EXIT_ERROR if fatal is not None else self.signals.exit_code if self.signals.exit_code is not None
@@ -180,7 +182,7 @@ class Run:
         written, else why not."""
         cfg, col = self.cfg, self.col
         return write_unstarted(self.report_path, stopped_by, code, time.perf_counter() - started, {
-            **totals, "store": cfg["store"]["uri"], "collection": cfg["store"]["collection"],
+            **totals, "store": redact(cfg["store"]["uri"]), "collection": cfg["store"]["collection"],
             "model": col.model.name if col is not None else cfg["model"]["name"],
             "backend": col.backend if col is not None else None})
 

@@ -1,13 +1,18 @@
-"""The store family: everything that talks to Milvus or keeps what it holds.
+"""The store family: everything that talks to a vector store or keeps what it holds.
 
-`milvus` (the one module that calls Milvus: `Store`, its errors, search), `schema` (the fields and the
-upsert request), `collection` (store and manifest opened and owned together), `manifest` and
-`server_manifest` (what the store holds, file by file), `writers` (the writer processes),
-`lite_host` (the process that serves a Milvus Lite file). The steps import `Store` and its
-errors from here.
+`base` (the interface every store implements: `StoreBase`, `Capabilities`, errors), `uri` (which store a
+URI names: `open_store`, `store_at`), one module per store (`milvus`, `postgres`, `qdrant`), `schema` (the
+fields and the rows to upsert), `collection` (store and manifest opened and owned together), `manifest`
+(the SQLite manifest of an embedded store) and `server_manifest` (a Milvus server's), `writers` (the
+writer processes), `lite_host` (the process that serves a Milvus Lite file). The steps import the
+interface, `open_store` and the errors from here; `Store` is the Milvus store.
 """
-from ingest.store.milvus import MODES, Endpoint, Store, StoreError, StoreRejected, is_local, one_line
+from ingest.store.base import (MODES, Capabilities, Endpoint, LeaseLost, StoreBase, StoreError, StoreRejected,
+                               one_line, redact)
+from ingest.store.milvus import Store
 from ingest.store.schema import FORMAT_MAX, SOURCE_MAX, TEXT_MAX
+from ingest.store.uri import is_local, kind, local_path, open_store, store_at
 
-__all__ = ["FORMAT_MAX", "MODES", "SOURCE_MAX", "TEXT_MAX", "Endpoint", "Store", "StoreError", "StoreRejected",
-           "is_local", "one_line"]
+__all__ = ["FORMAT_MAX", "MODES", "SOURCE_MAX", "TEXT_MAX", "Capabilities", "Endpoint", "LeaseLost", "Store",
+           "StoreBase", "StoreError", "StoreRejected", "is_local", "kind", "local_path", "one_line", "open_store",
+           "redact", "store_at"]

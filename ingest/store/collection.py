@@ -19,11 +19,12 @@ from ingest.backends import choose, model_file
 from ingest.store.lite_folder import foreign_folder
 from ingest.store.manifest import Entry, Manifest, SqliteManifest, manifest_path
 from ingest.model_ref import ModelRef, resolve_model
-from ingest.store.server_manifest import Lease, ServerManifest
-from ingest.store import Store, StoreError, is_local
+from ingest.store.base import SCHEMA_VERSION, Lease, StoreBase, StoreError
+from ingest.store.uri import kind, open_store
 
 STORE_META = "store"       # manifest meta of a Lite store: its Trusted, as JSON, after a clean close
 LITE_ROWS = 100_000        # rows past which a Lite store warns (docs/scale.md)
+QDRANT_LOCAL_ROWS = 20_000     # ... and Qdrant's local mode (its client's own threshold)
 
 
 @dataclass
@@ -31,10 +32,10 @@ class Collection:
     model: ModelRef
     backend: str                   # "torch", "onnx", "onnx-int8" or "openvino" (never "auto")
     settings: str                  # JSON of what must match for rows to be reused
-    store: Store
+    store: StoreBase
     manifest: Manifest
     known: dict[str, Entry]        # the manifest as the run started
-    lease: Lease | None            # a server collection's lease; a Milvus Lite file is flocked instead
+    lease: Lease | None            # a server collection's lease; an embedded store is flocked instead
     trusted: Trusted | None = None     # a Lite store opened on its manifest's word (open_collection)
     warnings: list[str] = field(default_factory=list)     # said at the start of the run and in its report
 
@@ -46,11 +47,8 @@ class Collection:
     def prune(self, unseen: Iterable[str], unlisted: Iterable[str] = ()) -> list[str]:
         """Delete the rows and entries of every recorded source that `gone` names (store first)."""
         gone = self.gone(unseen, unlisted)
-        if gone:
-            self.manifest.fence()
-            self.store.delete_stale(dict.fromkeys(gone, ""))    # a few calls, not one a file
-            self.store.flush()
-            self.manifest.remove(gone)
+        if gone:          # fence, delete in a few calls (not one a file), flush, remove the entries
+            self.store.commit(self.manifest, dict.fromkeys(gone, ""), [], gone)
         return gone
 
     def gone(self, unseen: Iterable[str], unlisted: Iterable[str] = ()) -> list[str]:
@@ -64,7 +62,7 @@ class Collection:
         """Close the manifest, give the lease or lock back, close the store. release=False leaves a
         server lease to expire (the server is not answering: releasing would only wait out timeouts), and
         a Lite store untrusted by the next run (it checks the store itself)."""
-        if release and is_local(self.store.uri):
+        if release and self.store.caps.embedded:
             try:
                 _record_trusted(self)
             except StoreError:                 # nothing recorded: the next run checks the store itself
@@ -85,19 +83,19 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
         raise StoreError(foreign)
     model = resolve_model(cfg["model"]["name"])
     ch = cfg["chunking"]
-    store = Store(cfg["store"]["uri"], cfg["store"]["collection"], cfg["store"]["timeout_s"])
+    store = open_store(cfg["store"]["uri"], cfg["store"]["collection"], cfg["store"]["timeout_s"])
     with ExitStack() as undo:                  # on any error, give back what was taken
         undo.callback(store.close)
         store.lock()                           # a no-op for a server
         lease, manifest, trusted = None, None, None
-        if is_local(store.uri):
+        if store.caps.embedded:
             manifest = SqliteManifest(manifest_path(store.uri, store.collection))
             undo.callback(manifest.close)
             trusted = None if reembed else _trusted(store, manifest)
         store.serve(lazy=trusted is not None)  # Lite: its server in a host process of its own (ingest.store.lite_host)
         if trusted is None:
             _refuse_foreign(store, reembed)
-            if not reembed and store.exists() and store.schema()[0] < Store.SCHEMA_VERSION:
+            if not reembed and store.exists() and store.schema()[0] < SCHEMA_VERSION:
                 raise StoreError(store.upgrade_message())      # before the lease, the manifest or the settings check
         recorded = None if reembed else trusted.recorded if trusted else store.recorded()
         backend = choose(cfg["model"]["backend"], model, recorded[2] if recorded else None, cfg["model"]["devices"])
@@ -112,13 +110,12 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
             shared["backend"] = backend
         settings = json.dumps(shared, sort_keys=True)
         if manifest is None:
-            lease = Lease.acquire(store)
+            manifest, lease = store.own()
             undo.callback(lease.release)
-            manifest = ServerManifest(store, lease)
             undo.callback(manifest.close)
         _reset_or_match(store, manifest, model.name, settings, reembed, trusted)
         manifest.set_meta("settings", settings)
-        if is_local(store.uri):
+        if store.caps.embedded:
             manifest.set_meta(STORE_META, "")  # no trust until this run closes the store cleanly (Collection.close)
         known = manifest.all()
         collection = Collection(model, backend, settings, store, manifest, known, lease, trusted,
@@ -127,7 +124,7 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
         return collection
 
 
-def _refuse_foreign(store: Store, reembed: bool) -> None:
+def _refuse_foreign(store: StoreBase, reembed: bool) -> None:
     """A collection of that name without ingest's properties is someone else's data: never touch it."""
     if store.exists() and store.recorded_model() is None:
         also = "; --reembed will not drop it" if reembed else ""
@@ -135,7 +132,7 @@ def _refuse_foreign(store: Store, reembed: bool) -> None:
                          "choose another --collection")
 
 
-def _reset_or_match(store: Store, manifest: Manifest, model: str, settings: str, reembed: bool,
+def _reset_or_match(store: StoreBase, manifest: Manifest, model: str, settings: str, reembed: bool,
                     trusted: Trusted | None) -> None:
     """Drop the rows and clear the manifest when `reembed`, or when the store has no collection (then
     the manifest describes no rows); else refuse a collection of another model or other settings."""
@@ -163,10 +160,9 @@ class Trusted:
     schema: int
 
 
-def fingerprint(uri: str) -> str:
-    """Every file and folder of a Lite store (a folder for Milvus Lite 3, a file before) by path, size,
-    mtime and inode: any write, replacement or deletion changes it. "" if the store does not exist."""
-    root = Path(uri).resolve()
+def fingerprint(root: Path) -> str:
+    """Every file and folder of an embedded store (a folder for Milvus Lite 3 and Qdrant, a file before) by path,
+    size, mtime and inode: any write, replacement or deletion changes it. "" if the store does not exist."""
     if not root.exists():
         return ""
     h = hashlib.sha256()
@@ -176,31 +172,36 @@ def fingerprint(uri: str) -> str:
     return h.hexdigest()
 
 
-def _trusted(store: Store, manifest: SqliteManifest) -> Trusted | None:
+def _trusted(store: StoreBase, manifest: SqliteManifest) -> Trusted | None:
     """The recorded Trusted if the store's fingerprint still matches it (and it is of this schema), else None."""
     try:
         t = Trusted(**json.loads(manifest.get_meta(STORE_META) or "null") or {})
     except (TypeError, ValueError):
         return None
-    fresh = t.schema == Store.SCHEMA_VERSION and t.fingerprint and t.fingerprint == fingerprint(store.uri)
+    fresh = t.schema == SCHEMA_VERSION and t.fingerprint and t.fingerprint == fingerprint(store.local_path)
     return Trusted(t.fingerprint, tuple(t.recorded), t.schema) if fresh else None
 
 
 def _record_trusted(collection: Collection) -> None:
-    """At a clean close of a Lite store, its host stopped: record what the next run may trust."""
+    """At a clean close of an embedded store (a Lite host stopped): record what the next run may trust."""
     store, trusted = collection.store, collection.trusted
-    if store.serving:
+    if store.serving or trusted is None:
         recorded = store.recorded()
         trusted = Trusted("", recorded, store.schema()[0]) if recorded else None
     store.stop_serving()
     if trusted is not None:
-        value = {"fingerprint": fingerprint(store.uri), "recorded": list(trusted.recorded), "schema": trusted.schema}
+        value = {"fingerprint": fingerprint(store.local_path), "recorded": list(trusted.recorded), "schema": trusted.schema}
         collection.manifest.set_meta(STORE_META, json.dumps(value))
 
 
-def _size_warnings(store: Store, rows: int) -> list[str]:
-    """Item 7 (docs/scale.md): a Lite store past LITE_ROWS, known from the manifest without opening it."""
-    if not is_local(store.uri) or rows <= LITE_ROWS:
+def _size_warnings(store: StoreBase, rows: int) -> list[str]:
+    """Item 7 (docs/scale.md): a Lite store past LITE_ROWS (Qdrant's local mode past QDRANT_LOCAL_ROWS), known
+    from the manifest without opening it."""
+    if kind(store.uri) == "qdrant-local" and rows > QDRANT_LOCAL_ROWS:
+        return [f"store {store.uri} is Qdrant's local mode holding {rows:,} rows, past the {QDRANT_LOCAL_ROWS:,} "
+                "it serves well (every search scans them all: docs/stores.md); use a Qdrant server "
+                "(--store qdrant://host:6333) or PostgreSQL"]
+    if kind(store.uri) != "milvus-lite" or rows <= LITE_ROWS:
         return []
     return [f"store {store.uri} is a Milvus Lite store holding {rows:,} rows, past the {LITE_ROWS:,} it serves well "
             "(about 7 KB of memory a row, searches slower than 0.5 s; docs/scale.md): use a Milvus server, "

@@ -1,8 +1,8 @@
 """The durable per-file manifest: what the store holds, file by file.
 
-`Manifest` is the interface the run uses. A Milvus Lite store keeps it in SQLite next to the
-store file (`SqliteManifest`); a server store keeps it in the same Milvus
-(`ingest.server_manifest.ServerManifest`), so every machine and directory sees it.
+`Manifest` is the interface the run uses. An embedded store (Milvus Lite, Qdrant's local mode) keeps
+it in SQLite next to the store (`SqliteManifest`); a server store keeps it in the same server
+(`StoreBase.own`: e.g. `ingest.store.server_manifest.ServerManifest`), so every machine sees it.
 
 A file's entry is written only after its rows are in the store (store first, then the
 record), so a crash never leaves an entry that claims rows the store does not have. The
@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, Protocol
 
-from ingest.store.milvus import StoreError
+from ingest.store.base import StoreError
+from ingest.store.uri import local_path
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -90,8 +91,8 @@ def unreadable(path: Path, exc: sqlite3.Error) -> str:
 
 
 def manifest_path(uri: str, collection: str) -> Path:
-    """The SQLite manifest of a Milvus Lite store file: next to it."""
-    return Path(f"{Path(uri).resolve()}.{collection}.manifest.sqlite")
+    """The SQLite manifest of an embedded store (a Milvus Lite file, a Qdrant local folder): next to it."""
+    return Path(f"{local_path(uri)}.{collection}.manifest.sqlite")
 
 
 class SqliteManifest:

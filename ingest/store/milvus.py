@@ -12,24 +12,26 @@ uses it (checked by pid) and never carried across a fork; another process gets t
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
 import re
-from dataclasses import dataclass
+import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ingest.store.base import (MODES, RRF_K, Capabilities, Endpoint, StoreBase, StoreError, StoreRejected, flock,
+                               hit, one_line)
 from ingest.store.lite_host import LiteHost, LiteServer
 from ingest.store.schema import Columns, collection_schema, upsert_request
 
 PROPS_MODEL, PROPS_DIM, PROPS_BACKEND = "ingest.model", "ingest.dim", "ingest.backend"
 PROPS_SCHEMA, PROPS_BM25 = "ingest.schema", "ingest.bm25"    # absent: schema 1 (before titles and BM25)
-MODES = ("dense", "bm25", "hybrid")
-RRF_K = 60                # reciprocal-rank fusion: a hit's score is the sum of 1 / (RRF_K + its rank) over the lists
 DELETE_SOURCES, DELETE_IDS = 1024, 8192    # delete_stale: sources read at a time, ids deleted at a time
 READ_LIMIT = 16384        # rows of one query (a server's largest query window)
+LITE = Capabilities("Milvus Lite", embedded=True, writers=1, modes=MODES, transactional=False)
+SERVER = Capabilities("Milvus", embedded=False, writers=None, modes=MODES, transactional=False)
+__all__ = ["MODES", "Endpoint", "Store", "StoreError", "StoreRejected", "is_local", "one_line"]
 
 
 # No keepalive pings on an idle connection, and one a minute during a call: Milvus Lite's gRPC server
@@ -39,27 +41,9 @@ READ_LIMIT = 16384        # rows of one query (a server's largest query window)
 GRPC_OPTIONS = {"grpc.keepalive_permit_without_calls": False, "grpc.keepalive_time_ms": 60_000}
 
 
-class StoreError(RuntimeError):
-    """A store problem the user must act on; the message is one line."""
-
-
-class StoreRejected(StoreError):
-    """The server answered but refused the call (bad data such as an over-long field): the
-    problem belongs to the rows sent, not to the store."""
-
-
 def is_local(uri: str) -> bool:
+    """A Milvus Lite path (not a server URI)."""
     return "://" not in uri
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """How another process reaches this store: `uri` as the user named it (for messages), `address`
-    what its client connects to (the URI, or the Lite host's unix:/.../milvus.sock)."""
-    uri: str
-    address: str
-    collection: str
-    timeout_s: float
 
 
 def quote(value: str) -> str:
@@ -69,7 +53,7 @@ def quote(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-class Store:
+class Store(StoreBase):
     """NOTE (timeouts): every call on the client goes through `call` (or, for the column upsert's
     gRPC call, the same `_guard`), with timeout=timeout_s. A call that fails is classified by a
     short ping: if the server still answers, the call was refused (StoreRejected, charged to the
@@ -80,10 +64,7 @@ class Store:
     SCHEMA_VERSION = 2      # recorded as ingest.schema; collections without it are schema 1
 
     def __init__(self, uri: str, collection: str, timeout_s: float = 60.0, address: str | None = None):
-        self.uri = uri
-        self.collection = collection
-        self.timeout_s = timeout_s
-        self.address = address or (str(Path(uri).resolve()) if is_local(uri) else uri)   # what the client opens
+        super().__init__(uri, collection, timeout_s, address or (str(Path(uri).resolve()) if is_local(uri) else uri))
         self._client = None
         self._pid: int | None = None
         self._lock_file = None
@@ -95,6 +76,14 @@ class Store:
     def at(cls, endpoint: Endpoint) -> Store:
         """The store another process described with `endpoint()`."""
         return cls(endpoint.uri, endpoint.collection, endpoint.timeout_s, endpoint.address)
+
+    @property
+    def caps(self) -> Capabilities:
+        return LITE if is_local(self.uri) else SERVER
+
+    @property
+    def local_path(self) -> Path | None:
+        return Path(self.uri).resolve() if is_local(self.uri) else None
 
     def endpoint(self) -> Endpoint:
         self._serve_if_due()
@@ -154,24 +143,8 @@ class Store:
 
     def lock(self) -> None:
         """Own a Milvus Lite store exclusively for this process (no-op for server URIs)."""
-        if not is_local(self.uri) or self._lock_file is not None:
-            return
-        path = Path(self.uri).resolve()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(f"{path}.lock", "a+")
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "another process"
-            f.close()
-            raise StoreError(f"store {self.uri} is in use by {holder}; wait for that run to finish "
-                             "(Milvus Lite allows one process per file)") from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"ingest pid {os.getpid()}")
-        f.flush()
-        self._lock_file = f
+        if is_local(self.uri) and self._lock_file is None:
+            self._lock_file = flock(self.local_path, self.uri, "Milvus Lite allows one process per file")
 
     def serve(self, lazy: bool = False) -> None:
         """Serve a Milvus Lite store (locked by this process) from a host process of its own, and
@@ -228,6 +201,31 @@ class Store:
             self._lock_file.close()
             self._lock_file = None
 
+    def own(self):
+        """A server collection: its lease and its manifest in the companion collection (`server_manifest`)."""
+        from ingest.store.server_manifest import Lease, ServerManifest
+
+        lease = Lease.acquire(self)
+        return ServerManifest(self, lease), lease
+
+    def holder(self) -> str | None:
+        from ingest.store.server_manifest import companion_name, read_lease
+
+        if not self.call("look up the manifest collection", "has_collection", companion_name(self.collection)):
+            return None
+        h = read_lease(self)
+        return h.describe() if h is not None and not h.stale(time.time()) else None
+
+    def has_manifest(self) -> bool:
+        from ingest.store.server_manifest import companion_name
+
+        return bool(self.call("look up the manifest collection", "has_collection", companion_name(self.collection)))
+
+    def summary(self):
+        from ingest.store.server_manifest import read_summary
+
+        return read_summary(self)
+
     # -- collection -----------------------------------------------------------------
     def exists(self) -> bool:
         return self.call("look up the collection", "has_collection", self.collection)
@@ -265,15 +263,8 @@ class Store:
     def ensure_collection(self, model: str, dim: int, backend: str) -> None:
         """Create the collection on first use; refuse one built with another model, dimension or backend."""
         recorded = self.recorded()
-        if recorded is None and self.exists():
-            raise StoreError(f"collection {self.collection!r} in {self.uri} was not made by ingest; "
-                             "choose another --collection")
-        if recorded is not None:
-            if recorded != (model, dim, backend):
-                raise StoreError(
-                    f"collection {self.collection!r} holds {recorded[0]} vectors (dim {recorded[1]}, backend "
-                    f"{recorded[2]}), not {model} (dim {dim}, backend {backend}); rerun with --reembed to "
-                    "replace them, or use another --collection")
+        if recorded is not None or self.exists():
+            self.refuse_other(recorded, model, dim, backend)
             if self.schema()[0] < self.SCHEMA_VERSION:
                 raise StoreError(self.upgrade_message())
             self.call("load the collection", "load_collection", self.collection)
@@ -298,7 +289,11 @@ class Store:
             raise StoreRejected("the server kept no BM25 function")
 
     def drop(self) -> None:
+        """Drop ingest's collection (a collection ingest did not make is refused: never touched)."""
         if self.exists():
+            if self.recorded() is None:
+                raise StoreError(f"collection {self.collection!r} in {self.uri} was not made by ingest; "
+                                 "choose another --collection")
             self.call("drop the collection", "drop_collection", self.collection)
 
     # -- rows -----------------------------------------------------------------------
@@ -359,6 +354,15 @@ class Store:
         it.close()
         return out
 
+    def sources_like(self, source: str, limit: int) -> list[str]:
+        """Its LIKE pattern has a one-character wildcard for each backslash, % or _ of the name (Milvus Lite and
+        a server escape differently), so it may find a few rows too many."""
+        self.call("load the collection", "load_collection", self.collection)
+        pattern = "%/" + re.sub(r"[\\%_]", "_", source)
+        rows = self.call("look up a source", "query", self.collection, output_fields=["source"], limit=limit,
+                         filter=f"source == {quote(source)} or source like {quote(pattern)}")
+        return sorted({r["source"] for r in rows})
+
     def search(self, vector: Sequence[float] | None, k: int, mode: str = "dense", query: str = "") -> list[dict[str, Any]]:
         """The k best chunks: by cosine to `vector` (dense), by BM25 on `query`'s words (bm25), or both
         lists (max(4k, 20) candidates each) fused by reciprocal rank (hybrid, Milvus' RRFRanker). The
@@ -381,19 +385,5 @@ class Store:
                         AnnSearchRequest([query], "sparse", {"metric_type": "BM25"}, limit=wide)]
             hits = self.call("search", "hybrid_search", self.collection, requests, RRFRanker(RRF_K), limit=k,
                              output_fields=fields)[0]
-        return [_hit(h["entity"], abs(h["distance"]) if mode == "bm25" else h["distance"]) for h in hits]
+        return [hit(h["entity"], abs(h["distance"]) if mode == "bm25" else h["distance"]) for h in hits]
 
-
-def _hit(e: dict[str, Any], score: float) -> dict[str, Any]:
-    """A hit as `ingest search` returns it (Milvus Lite negates BM25 scores: `score` is the positive one)."""
-    box = e.get("bbox", "").split(",")
-    return {"score": float(score), "source": e["source"], "page": e["page"] or None, "chunk": e["chunk"],
-            "text": e["text"], "title": e.get("title", ""), "headings": e.get("headings", ""),
-            "element": e.get("element") or "text", "bbox": [float(v) for v in box] if len(box) == 4 else None}
-
-
-def one_line(exc: BaseException) -> str:
-    """The useful part of a pymilvus or gRPC error, on one line."""
-    text = " ".join(str(exc).split())
-    found = re.search(r'details = "([^"]+)"', text) or re.search(r"message=(.+?)\)>", text)
-    return (found.group(1) if found else text)[:300] or type(exc).__name__

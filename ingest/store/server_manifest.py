@@ -36,35 +36,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import socket
-import threading
 import time
-import uuid
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import asdict, fields
 from typing import Any, Iterable, Iterator
 
 from ingest.store.manifest import Entry, Summary
-from ingest.store import SOURCE_MAX, Store, StoreError, one_line
-from ingest.workers.spawn import pid_alive
+from ingest.store.base import StoreError, one_line
+from ingest.store.milvus import Store
+from ingest.store.schema import SOURCE_MAX
+from ingest.store.lease import LEASE_TTL_S, Holder, LeasedManifest, LeaseRow, companion_name
 
-SUFFIX = "__files"
 PROPS_ROLE = "ingest.role"          # property that marks a companion collection made by ingest
 LEASE_KEY, META_PREFIX, FILE_PREFIX = "lease", "meta:", "file:"
-LEASE_TTL_S = 60.0
-RENEW_EVERY_S = 10.0
 CONFIRM_AFTER_S = 0.5
 _DUMMY = [0.0, 0.0]
 _FIELDS = ["source", "size", "mtime_ns", "file_hash", "status", "chunks", "format", "settings"]
-
-
-class LeaseLost(StoreError):
-    """This run no longer holds its collection's lease: the run must stop (not fail one file)."""
-
-
-def companion_name(collection: str) -> str:
-    return collection + SUFFIX
 
 
 def _file_key(source: str) -> str:
@@ -113,38 +99,6 @@ def ensure_companion(store: Store) -> str:
     return name
 
 
-@dataclass(frozen=True)
-class Holder:
-    """Who holds a lease, and until when (epoch seconds); `boot` and `pidns` say where its pid lives."""
-    host: str
-    pid: int
-    run: str
-    since: float
-    expires: float
-    boot: str = ""                   # "": unknown (a lease written before they were recorded)
-    pidns: str = ""
-
-    def stale(self, now: float) -> bool:
-        """Expired (no heartbeat for LEASE_TTL_S), or held by a pid of this host, boot and pid namespace
-        that no longer exists."""
-        here = self.boot and self.pidns and (self.host, self.boot, self.pidns) == _where()
-        return self.expires < now or bool(here and not pid_alive(self.pid))
-
-    def describe(self) -> str:
-        return (f"the run on {self.host} (pid {self.pid}) since "
-                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.since))}")
-
-
-def _where() -> tuple[str, str, str]:
-    """(host name, boot id, pid namespace) of this process; "" where Linux does not tell."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        pidns = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        boot = pidns = ""
-    return socket.gethostname(), boot, pidns
-
-
 def read_lease(store: Store) -> Holder | None:
     """The lease row of `store`'s collection, if any (the companion collection must exist)."""
     rows = store.call("read the lease", "get", companion_name(store.collection), ids=[LEASE_KEY],
@@ -155,94 +109,26 @@ def read_lease(store: Store) -> Holder | None:
     return Holder(**{f.name: value[f.name] for f in fields(Holder) if f.name in value})
 
 
-class Lease:
-    """This run's hold on a server collection; `acquire` takes it, `release` gives it back."""
+class Lease(LeaseRow):
+    """This run's hold on a server collection; `acquire` takes it, `release` gives it back (NOTE: lease protocol)."""
+    confirm_after_s = CONFIRM_AFTER_S
 
-    def __init__(self, store: Store):
-        self.store = store
-        self.name = companion_name(store.collection)
-        now = time.time()
-        host, boot, pidns = _where()
-        self.me = Holder(host, os.getpid(), uuid.uuid4().hex, now, now + LEASE_TTL_S, boot, pidns)
-        self.lost: str | None = None                 # why the lease was lost; None while held
-        self._stop = threading.Event()
-        self._lock = threading.Lock()                # a renewal and the release never overlap
+    def _prepare(self) -> None:
+        ensure_companion(self.store)
 
-    @classmethod
-    def acquire(cls, store: Store) -> Lease:
-        """Take the lease of `store`'s collection or raise StoreError naming its holder; renew it from then on."""
-        ensure_companion(store)
-        lease = cls(store)
-        holder = read_lease(store)
-        if holder is not None and not holder.stale(time.time()):
-            raise lease._in_use(holder)
-        lease._write()
-        time.sleep(CONFIRM_AFTER_S)
-        holder = read_lease(store)
-        if holder is None or holder.run != lease.me.run:        # another run wrote after us: it wins
-            raise lease._in_use(holder)
-        threading.Thread(target=lease._renew_loop, name="ingest-lease", daemon=True).start()
-        return lease
+    def _read(self) -> Holder | None:
+        return read_lease(self.store)
 
-    def check(self) -> None:
-        """Raise LeaseLost if the lease was lost (another run took the collection, or renewal failed)."""
-        if self.lost:
-            raise LeaseLost(self.lost)
-
-    def confirm(self) -> None:
-        """Re-read the lease row now: raise LeaseLost unless it is still this run's (the fence before a delete)."""
-        self.check()
-        holder = read_lease(self.store)
-        if holder is None or holder.run != self.me.run:
-            self.lost = self._taken_over(holder)
-            raise LeaseLost(self.lost)
-
-    def release(self) -> None:
-        """Stop renewing and delete the lease row if it is still ours (a failure here only lets it expire)."""
-        self._stop.set()
-        with self._lock:
-            if self.lost:
-                return
-            try:
-                holder = read_lease(self.store)
-                if holder is not None and holder.run == self.me.run:
-                    self.store.call("release the lease", "delete", self.name, ids=[LEASE_KEY])
-            except Exception:
-                pass                 # the row expires after LEASE_TTL_S; a rerun on this host takes it at once
-
-    def _in_use(self, holder: Holder | None) -> StoreError:
-        who = holder.describe() if holder else "another run"
-        return StoreError(f"collection {self.store.collection!r} on {self.store.uri} is in use by {who}; wait "
-                          f"for it to finish (the lease of a run that died expires within {LEASE_TTL_S:.0f} s)")
-
-    def _write(self) -> None:
+    def _write(self, stale: Holder | None = None) -> None:
+        """Milvus has no conditional write: the write-then-confirm of `acquire` and the renewal's re-read stand in."""
         self.me = Holder(**{**asdict(self.me), "expires": time.time() + LEASE_TTL_S})
         self.store.call("write the lease", "upsert", self.name,
                         [_row(LEASE_KEY, value=json.dumps(asdict(self.me)))])
 
-    def _renew_loop(self) -> None:
-        while not self._stop.wait(RENEW_EVERY_S) and not self.lost:
-            with self._lock:
-                if not self._stop.is_set():
-                    self._renew()
-
-    def _taken_over(self, holder: Holder | None) -> str:
-        other = holder.describe() if holder else "nobody (the lease row was deleted)"
-        return (f"collection {self.store.collection!r} on {self.store.uri} was taken over by {other} while this "
-                "run held it; nothing more was deleted or recorded; run one ingest at a time per collection, "
-                "then rerun")
-
-    def _renew(self) -> None:
-        try:
-            holder = read_lease(self.store)
-            if holder is None or holder.run != self.me.run:
-                self.lost = self._taken_over(holder)
-                return
-            self._write()
-        except Exception as exc:
-            if time.time() + RENEW_EVERY_S >= self.me.expires:
-                self.lost = (f"collection {self.store.collection!r} on {self.store.uri}: could not renew this "
-                             f"run's lease in time ({one_line(exc)}); check the server, then rerun")
+    def _delete(self) -> None:
+        holder = read_lease(self.store)
+        if holder is not None and holder.run == self.me.run:
+            self.store.call("release the lease", "delete", self.name, ids=[LEASE_KEY])
 
 
 def _files(store: Store, output_fields: list[str]) -> Iterator[dict[str, Any]]:
@@ -277,19 +163,8 @@ def read_summary(store: Store) -> Summary | None:
                    [(f, s, n, c) for (f, s), (n, c) in sorted(counts.items())])
 
 
-class ServerManifest:
+class ServerManifest(LeasedManifest):
     """The manifest of a server collection (same interface as `SqliteManifest`); writes need the lease."""
-
-    def __init__(self, store: Store, lease: Lease):
-        self.store, self.lease = store, lease
-        self.name = companion_name(store.collection)
-
-    def close(self) -> None:
-        """Nothing to close: the client is the store's, the lease the collection's."""
-
-    def fence(self) -> None:
-        """Raise LeaseLost unless the lease row, read now, is still this run's."""
-        self.lease.confirm()
 
     def get_meta(self, key: str) -> str | None:
         rows = self.store.call("read the manifest", "get", self.name, ids=[META_PREFIX + key],

@@ -11,14 +11,15 @@ timeout, one resubmit of a batch whose process died, and Failure values.
 from __future__ import annotations
 
 import hashlib
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from ingest.files import Row
 from ingest.sections import context_line
-from ingest.store.milvus import Endpoint, Store, StoreError, StoreRejected
+from ingest.store.base import Endpoint, StoreBase, StoreError, StoreRejected
+from ingest.store.uri import store_at
 from ingest.store.schema import TEXT_MAX, Columns
 from ingest.workers.pool import Pools
 
@@ -146,7 +147,7 @@ class Unreachable:
 
 
 _endpoint: Endpoint | None = None
-_store: Store | None = None
+_store: StoreBase | None = None
 
 
 def _init(endpoint: Endpoint) -> None:
@@ -158,11 +159,11 @@ def write(batch: Batch) -> Ack | Refused | Unreachable:
     """In a writer process: upsert the batch's rows."""
     global _store
     if _store is None:
-        _store = Store.at(_endpoint)
+        _store = store_at(_endpoint)
     return upsert(_store, batch)
 
 
-def upsert(store: Store, batch: Batch) -> Ack | Refused | Unreachable:
+def upsert(store: StoreBase, batch: Batch) -> Ack | Refused | Unreachable:
     """Upsert the batch's rows: the store's answer as a value."""
     try:
         store.upsert_columns(batch.columns())
@@ -200,3 +201,20 @@ class WriterPool:
 
     def stop(self) -> None:
         self._pools.stop()
+
+
+class InlineWriter:
+    """WriterPool's face for a store that no other process may open (`Capabilities.hosted` false: Qdrant's
+    local mode): one thread of the run upserts the batches, in order, with the run's own client. Each call
+    has the store's timeout; a batch cannot be resubmitted elsewhere."""
+
+    def __init__(self, store: StoreBase):
+        self._store = store
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="ingest-write")
+
+    def submit(self, batch: Batch) -> Future:
+        """A Future of Ack, Refused or Unreachable."""
+        return self._thread.submit(upsert, self._store, batch)
+
+    def stop(self) -> None:
+        self._thread.shutdown(wait=True, cancel_futures=True)

@@ -17,10 +17,9 @@ import numpy as np
 
 from ingest.backends import BackendError, model_file
 from ingest.model_ref import ModelRef, resolve_model
-from ingest.store import MODES, StoreBase, StoreError, local_path, open_store
+from ingest.store import MODES, StoreError, local_path, open_store
 from ingest.store.base import SCHEMA_VERSION
 from ingest.store.lite_folder import foreign_folder
-from ingest.store.manifest import manifest_path
 
 DEFAULT_MODE = "dense"      # measured best on the retrieval dev set (docs/retrieval.md)
 QUERY_BATCH = 64          # queries embedded per batch (eval)
@@ -81,7 +80,7 @@ class Searcher:
             if recorded is None and self.store.exists():
                 raise StoreError(f"collection {collection!r} in {uri} was not made by ingest; choose another --collection")
             self.empty = recorded is None
-            if self.empty and not _has_manifest(self.store):
+            if self.empty and not self.store.has_manifest():
                 raise StoreError(f"no collection {collection!r} in {uri}; ingest a folder into it first: "
                                  f"ingest run FOLDER --store {uri} --collection {collection}")
             self.backend = recorded[2] if recorded else ""
@@ -147,14 +146,6 @@ def search(uri: str, collection: str, query: str, k: int, model: str | None = No
 def same_doc(hit_source: str, source: str) -> bool:
     """Whether a hit's source is the document `source` names: the same path, or one ending in "/" and it."""
     return hit_source == source or hit_source.endswith("/" + source)
-
-
-def _has_manifest(store: StoreBase) -> bool:
-    """Whether a run of ingest opened the collection: its manifest exists (SQLite beside an embedded store,
-    else in the server)."""
-    if store.caps.embedded:
-        return manifest_path(store.uri, store.collection).exists()
-    return store.has_manifest()
 
 
 def _fp32_if_exact(ref: ModelRef) -> str:

@@ -215,8 +215,13 @@ class StoreBase:
 
     def has_manifest(self) -> bool:
         """Whether a run of ingest opened this collection (its manifest exists): `ingest search` tells an
-        empty collection from a missing one."""
-        raise NotImplementedError
+        empty collection from a missing one. An embedded store's is the SQLite file beside it; a server
+        store answers from the server (its override)."""
+        from ingest.store.manifest import manifest_path
+
+        if not self.caps.embedded:
+            raise NotImplementedError
+        return manifest_path(self.uri, self.collection).exists()
 
     def summary(self) -> Summary | None:
         """The manifest's `Summary` (`ingest status`), None if it has none; reads only."""
@@ -229,16 +234,6 @@ def hit(e: Mapping[str, Any], score: float) -> dict[str, Any]:
     return {"score": float(score), "source": e["source"], "page": e.get("page") or None, "chunk": e["chunk"],
             "text": e["text"], "title": e.get("title") or "", "headings": e.get("headings") or "",
             "element": e.get("element") or "text", "bbox": [float(v) for v in box] if len(box) == 4 else None}
-
-
-def rrf(lists: Sequence[Sequence[dict[str, Any]]], k: int, key: str = "id") -> list[tuple[Any, float]]:
-    """Reciprocal-rank fusion: (key, score) of the k best, a hit's score the sum of 1 / (RRF_K + rank) over
-    the lists (ranks from 1)."""
-    scores: dict[Any, float] = {}
-    for hits in lists:
-        for rank, h in enumerate(hits, 1):
-            scores[h[key]] = scores.get(h[key], 0.0) + 1.0 / (RRF_K + rank)
-    return sorted(scores.items(), key=lambda kv: -kv[1])[:k]
 
 
 _PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@?#]*):(?P<pw>[^@/?#]*)@", re.I)

@@ -219,6 +219,8 @@ class Store(StoreBase):
     def has_manifest(self) -> bool:
         from ingest.store.server_manifest import companion_name
 
+        if self.caps.embedded:
+            return super().has_manifest()
         return bool(self.call("look up the manifest collection", "has_collection", companion_name(self.collection)))
 
     def summary(self):

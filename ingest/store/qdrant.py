@@ -35,6 +35,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import numpy as np
 
 from ingest.store.base import MODES, RRF_K, Capabilities, StoreBase, StoreError, StoreRejected, flock, hit, one_line
+from ingest.store.lite_folder import other_files
 from ingest.store.manifest import Summary, manifest_path, read_summary
 from ingest.store import qdrant_manifest as server
 from ingest.store.schema import Columns
@@ -74,10 +75,7 @@ def server_options(address: str, timeout_s: float) -> dict[str, Any]:
 
 def foreign_folder(path: Path, uri: str) -> str | None:
     """The one-line refusal of a folder that holds other files and is no Qdrant local store; None if fine."""
-    try:
-        if not path.is_dir() or (path / LOCAL_MARK).is_file() or next(path.iterdir(), None) is None:
-            return None
-    except OSError:
+    if not other_files(path, lambda p: (p / LOCAL_MARK).is_file()):
         return None
     return (f"store {uri} is a folder of other files, not a Qdrant local store, and ingest would write its files "
             f"among them; pass a folder that does not exist yet, such as qdrant://{path}.qdrant")
@@ -204,9 +202,7 @@ class QdrantStore(StoreBase):
         return None if self.local else server.read_holder(self)
 
     def has_manifest(self) -> bool:
-        if self.local:
-            return manifest_path(self.uri, self.collection).exists()
-        return self.has(server.companion_name(self.collection))
+        return super().has_manifest() if self.local else self.has(server.companion_name(self.collection))
 
     def summary(self) -> Summary | None:
         if self.local:

@@ -227,7 +227,8 @@ def main() -> int:
     ap.add_argument("--run-chunks", type=int, default=None, help="ingest_run's chunks (default: max(n, 200000) on "
                     "CUDA, n on the CPU)")
     ap.add_argument("--peer-n", type=int, default=None, help="chunks for bare_encode and st_pool (default min(n, 20000))")
-    ap.add_argument("--forward-batch", type=int, default=None, help="forward_only rows per batch (512 CUDA, 64 CPU)")
+    ap.add_argument("--forward-batch", default=None, help="forward_only rows per batch, a comma list (default "
+                    "128,256,512,1024 CUDA; 64 CPU)")
     ap.add_argument("--bare-batch-sizes", default=None, help="comma list (default 64,128,256,512 CUDA; 32 CPU)")
     ap.add_argument("--tokenizer-workers", type=int, default=None, help="our pool's (default: the pool's own)")
     ap.add_argument("--batch-size", type=int, default=None, help="our pool's rows per batch (default: the pool's)")
@@ -245,10 +246,12 @@ def main() -> int:
         from ingest.model_ref import resolve_model
 
         a.model_path = resolve_model("default").path
+    elif Path(a.model_path).exists():
+        a.model_path = str(Path(a.model_path).resolve())      # ingest_run runs in its own folder
     a.dtype = a.dtype or ("float16" if cuda else "float32")
     a.run_chunks = a.run_chunks or (max(a.n, 200_000) if cuda else a.n)
     a.peer_n = a.peer_n or min(a.n, 20_000)
-    a.forward_batch = a.forward_batch or (512 if cuda else 64)
+    a.forward_batch = a.forward_batch or ("128,256,512,1024" if cuda else "64")
     a.bare_batch_sizes = [int(b) for b in (a.bare_batch_sizes or ("64,128,256,512" if cuda else "32")).split(",")]
     if a.measure:
         return measure(a)

@@ -72,30 +72,38 @@ def _st_model(a):
 
 
 def m_forward_only(a, texts, ids, lengths) -> dict:
+    """The model alone at each --forward-batch size, on batches of rows of one length each (no padding,
+    so no attention mask: on CUDA, SDPA's fastest kernel), already on the device: the best is the
+    compute limit."""
+    model = _st_model(a)
+    rates = {b: _forward_rate(a, model, ids, lengths, b) for b in (int(x) for x in a.forward_batch.split(","))}
+    best = max(rates, key=rates.get)
+    return {"chunks": len(texts), "chunks_per_s": rates[best], "timed_s": len(texts) / rates[best],
+            "batch_size": best, "by_batch_size": {str(b): r for b, r in rates.items()}}
+
+
+def _forward_rate(a, model, ids, lengths, batch: int) -> float:
     import torch
 
-    model, batch = _st_model(a), a.forward_batch
     order = np.argsort(lengths, kind="stable")
     offsets = np.concatenate(([0], np.cumsum(lengths)))
-    batches = []
-    for i in range(0, len(order), batch):
-        rows = order[i:i + batch]
-        width = int(lengths[rows].max())
-        x = np.zeros((len(rows), width), dtype=np.int64)
-        for r, k in enumerate(rows):
-            x[r, :lengths[k]] = ids[offsets[k]:offsets[k + 1]]
+    batches, i = [], 0
+    while i < len(order):
+        same = int(np.searchsorted(lengths[order], lengths[order[i]], side="right"))
+        rows = order[i:min(same, i + batch)]
+        i += len(rows)
+        x = np.stack([ids[offsets[k]:offsets[k + 1]] for k in rows]).astype(np.int64)
         t = torch.from_numpy(x).to(a.device)
-        batches.append({"input_ids": t, "attention_mask": (t != 0).long(), "token_type_ids": torch.zeros_like(t)})
+        batches.append({"input_ids": t, "attention_mask": torch.ones_like(t), "token_type_ids": torch.zeros_like(t)})
     with torch.inference_mode():
-        for b in batches[:2]:
+        for b in batches[:3]:
             model(b)                                                      # warm-up
         _sync(a.device)
         started = time.perf_counter()
         for b in batches:
             model(b)["sentence_embedding"]
         _sync(a.device)
-    seconds = time.perf_counter() - started
-    return {"chunks": len(texts), "chunks_per_s": len(texts) / seconds, "timed_s": seconds, "batch_size": batch}
+    return len(order) / (time.perf_counter() - started)
 
 
 def _first_vector(a):
@@ -111,11 +119,36 @@ def _first_vector(a):
 
 
 def m_worker_start_s(a, texts, ids, lengths) -> dict:
+    phases = json.loads(subprocess.run([sys.executable, "-c", PHASES, a.model_path, a.device, a.dtype],
+                                       capture_output=True, text=True, timeout=120).stdout or "{}")
     pool, first = _first_vector(a)
     try:
-        return {"first_vector_s": first, "worker_startup_s": pool.startup_seconds}
+        return {"first_vector_s": first, "worker_startup_s": pool.startup_seconds, "phases_s": phases}
     finally:
         pool.close()
+
+
+# Where a worker's start-up goes, in a fresh interpreter: each phase's seconds.
+PHASES = """
+import json, sys, time
+t = time.perf_counter(); out = {}
+def lap(name):
+    global t
+    now = time.perf_counter(); out[name] = round(now - t, 3); t = now
+import torch; lap("import_torch")
+cuda = sys.argv[2].startswith("cuda")
+if cuda:
+    torch.cuda.init(); torch.zeros(1, device=sys.argv[2]); lap("cuda_init")
+import sentence_transformers; lap("import_sentence_transformers")
+m = sentence_transformers.SentenceTransformer(sys.argv[1], device="cpu"); lap("load_model_cpu")
+m = m.to(sys.argv[2]).to(getattr(torch, sys.argv[3])).eval(); lap("to_device")
+with torch.inference_mode():
+    m.encode(["a first vector"] * 8)
+if cuda:
+    torch.cuda.synchronize()
+lap("first_forward")
+print(json.dumps(out))
+"""
 
 
 def _pool_figures(pool, before: dict, n: int, seconds: float) -> dict:

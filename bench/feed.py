@@ -1,7 +1,7 @@
 """The host side's cost per chunk: `ingest run` with the null backend (no model) on text documents,
 into Milvus Lite and into a real Milvus server started here on loopback.
 
-    python bench/feed.py                          # 200 documents, Lite and (if installed) milvus-server
+    python bench/feed.py                          # 600 documents, Lite and (if installed) milvus-server
     python bench/feed.py --docs 400 --stores lite
     python bench/feed.py --backend openvino --code 6746f18    # another commit's code, beside this one
 
@@ -14,7 +14,9 @@ ingest-writer, ingest-lite, ...). With a real backend, "host" is the tree less t
 workers. 16 cores then feed at most 16e6 / (host us per chunk) chunks/s.
 
 --code REV runs the same measurement on the code of git revision REV too (copied into a temporary
-package beside this one), in the same run, so the ratio is fair. Old code has no null backend:
+package beside this one), in the same run, so the ratio is fair; REV may also be a source tree (a
+folder holding ingest/, loaders/ and workers/: a revision with some files changed), and several,
+comma-separated, are measured in turn, each against the first. Old code has no null backend:
 give both a real one (--backend), and its encode workers are told apart by the runtime they load.
 `pip install milvus` (2.3.5) provides `milvus-server`, a real Milvus standalone.
 """
@@ -92,12 +94,16 @@ def stop_server(proc: subprocess.Popen) -> None:
 
 
 def package_of(rev: str, into: Path) -> Path:
-    """The ingest package of git revision `rev`, laid out as installed (loaders/ and workers/ inside)."""
+    """The ingest package of git revision `rev` (or of a source tree: a folder holding ingest/, loaders/ and
+    workers/), laid out as installed (loaders/ and workers/ inside)."""
     src = into / "src"
-    src.mkdir(parents=True)
-    archive = subprocess.run(["git", "archive", rev, "ingest", "loaders", "workers"], cwd=ROOT, check=True,
-                             capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    if Path(rev).is_dir():
+        src = Path(rev)
+    else:
+        src.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", rev, "ingest", "loaders", "workers"], cwd=ROOT, check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     pkg = into / "pkg"
     shutil.copytree(src / "ingest", pkg / "ingest")
     shutil.copytree(src / "loaders", pkg / "ingest" / "loaders")
@@ -139,20 +145,25 @@ def show(r: dict) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--docs", type=int, default=200)
-    ap.add_argument("--small", type=int, default=20, help="documents of the start-up run (subtracted)")
+    ap.add_argument("--docs", type=int, default=600)
+    ap.add_argument("--small", type=int, default=100, help="documents of the start-up run (subtracted); enough that "
+                    "every writer process gets a batch in it too (its client's import and connection are start-up: "
+                    "with 20 documents, one batch, the second writer's were counted as cost per chunk)")
     ap.add_argument("--paragraphs", type=int, default=16, help="paragraphs (chunks) per document")
     ap.add_argument("--backend", default="null")
     ap.add_argument("--stores", default="lite,server", help="lite, server or both")
     ap.add_argument("--writers", type=int, default=2, help="[store] writers for the server")
-    ap.add_argument("--code", default="", help="also measure the code of this git revision (same run)")
+    ap.add_argument("--rounds", type=int, default=1, help="measure every code this many times, in turn")
+    ap.add_argument("--code", default="", help="also measure the code of these git revisions or source trees "
+                    "(comma-separated; same run, before this working tree)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ingest-feed-"))
     make_docs(work / "docs", args.docs, args.paragraphs)
     make_docs(work / "small", args.small, args.paragraphs)
     codes: list[tuple[str, Path | None]] = [("this", None)]
-    if args.code:
-        codes.insert(0, (args.code[:7], package_of(args.code, work / "old")))
+    for i, rev in enumerate(args.code.split(",") if args.code else []):
+        name = Path(rev).name if Path(rev).is_dir() else rev[:7]
+        codes.insert(i, (name, package_of(rev, work / f"old{i}")))
     print(f"machine: {os.cpu_count()} cores, {_cpu_name()}; backend {args.backend}; documents {args.docs} "
           f"of {args.paragraphs} chunks (start-up run: {args.small}, subtracted)", flush=True)
     results = []
@@ -166,18 +177,21 @@ def main() -> int:
                 except (FileNotFoundError, RuntimeError) as exc:
                     print(f"server: skipped: {exc}")
                     continue
-            for name, code in codes:
-                results.append(measure(f"{name}-{store}", code, uri, args.backend, work / "docs", work / "small",
-                                       work, args.writers))
-                show(results[-1])
+            for r in range(args.rounds):
+                for name, code in codes:
+                    label = f"{name}-{store}" + (f"-r{r + 1}" if args.rounds > 1 else "")
+                    results.append(measure(label, code, uri, args.backend, work / "docs", work / "small", work,
+                                           args.writers))
+                    show(results[-1])
             if server is not None:
                 stop_server(server)
                 server = None
     finally:
         if server is not None:
             stop_server(server)
-    if len(codes) == 2:
-        for old, new in zip(results[::2], results[1::2]):
+    for i in range(0, len(results), len(codes)):
+        old = results[i]
+        for new in results[i + 1:i + len(codes)]:
             print(f"{new['label']} / {old['label']}: host cost {old['host_us'] / new['host_us']:.2f}x lower, "
                   f"chunks/s {new['rate'] / old['rate']:.2f}x")
     shutil.rmtree(work, ignore_errors=True)

@@ -16,14 +16,14 @@ the line cut at a token's end to `spec.context_room` tokens, while the chunk's t
 A table section is split by rows (separator "\n", no overlap) within what its header rows leave of
 spec.limit, and each chunk starts with the header rows.
 
-NOTE (tokenize once): a page is tokenized once, with offsets, by `encode_batch` over pieces of
-~TOKEN_PIECE_CHARS cut at whitespace (one huge string tokenizes at half the speed). When the
-tokenizer is additive over whitespace (its pre-tokenizer splits at whitespace, its normalizer works
-character by character, its added tokens hold no whitespace, its post-processor only adds a prefix
-and a suffix: `_Tokens.additive`), a span that touches whitespace (or the page's edge) at both
-ends has exactly the page's tokens that start inside it: counts are two binary searches and a
-chunk's ids a slice of the page's. Anything else (a span cut inside a word at the "" level, the
-guard's and the byte cut's pieces, every span of another tokenizer) is tokenized for real.
+NOTE (tokenize once): a page is tokenized once, with each token's start: when the tokenizer is
+additive over whitespace (its pre-tokenizer splits at whitespace, its normalizer works character by
+character, its added tokens hold no whitespace, its post-processor only adds a prefix and a suffix:
+`_Tokens.additive`), word by word from a cache of each word's tokens (ingest/word_tokens.py), and
+a span that touches whitespace (or the page's edge) at both ends has exactly the page's tokens
+that start inside it: counts are two binary searches and a chunk's ids a slice of the page's.
+Anything else (a span cut inside a word at the "" level, the guard's and the byte cut's pieces,
+every span of another tokenizer) is tokenized for real.
 """
 from __future__ import annotations
 
@@ -36,16 +36,14 @@ import numpy as np
 
 from ingest.sections import Box, Doc, Section, context_line, is_junk, joined_headings, union_box
 from ingest.store.schema import TEXT_MAX as MAX_CHUNK_BYTES
+from ingest.word_tokens import WordTokens
 
 SEPARATORS = ("\n\n", "\n", " ", "")
-TOKEN_PIECE_CHARS = 20_000
 JUNK_SAMPLE_CHARS = 40                              # of a skipped chunk, in the report (repr: controls escaped)
 # Unicode White_Space less the control characters (a BERT normalizer deletes those, joining their neighbours)
 WHITESPACE = frozenset("\t\n\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
                        "\u2028\u2029\u202f\u205f\u3000")
 _PATTERNS = tuple(re.compile(re.escape(s)) for s in SEPARATORS[:-1])
-_NOT_SPACE = re.compile(r"\S")
-_GAP = re.compile(r"[ \n]\s*\S")                   # a separator, then the next character that is not a space
 _ADDITIVE_PRE = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
 _CHARWISE_NORM = {"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents"}
 _EMPTY = np.zeros(0, dtype=np.int32)
@@ -185,42 +183,6 @@ def _union(boxes: tuple[tuple[int, int, Box], ...], a: int, b: int) -> str:
     return f"{x0:.1f},{y0:.1f},{x1:.1f},{y1:.1f}"
 
 
-def cut_points(text: str, size: int) -> list[int]:
-    """Start, end and cuts of `text` into parts of about `size` characters or fewer, each cut right
-    before a separator (see `_cut`). Each part, stripped, still holds a separator, as it did in the
-    whole text: a part without one (a run of 150,000 letters) would be split at the "" level, a
-    character at a time, where the whole text had it as one piece."""
-    points, n = [0], len(text)
-    while n - points[-1] > size:
-        start = points[-1]
-        lo = _first_cut(text, start)
-        cut = _cut(text, lo, start + size // 2, start + size) if lo > 0 else -1
-        if cut < 0:
-            break
-        points.append(cut)
-    if len(points) > 1 and _first_cut(text, points[-1]) < 0:
-        points.pop()                                  # the last part would hold no separator: keep it whole
-    points.append(n)
-    return points
-
-
-def _cut(text: str, lo: int, mid: int, end: int) -> int:
-    """The last "\\n\\n" in [mid, end), else in [lo, end), else the same for "\\n", then " "; else the
-    first separator at or after end; -1 if none. Never before lo."""
-    for sep in SEPARATORS[:-1]:
-        for start in (max(lo, mid), lo):
-            if (k := text.rfind(sep, start, end)) >= 0:
-                return k
-    return min((k for k in (text.find(sep, max(lo, end)) for sep in SEPARATORS[:-1]) if k >= 0), default=-1)
-
-
-def _first_cut(text: str, start: int) -> int:
-    """The least c with a separator in text[start:c].strip(); -1 if there is none."""
-    word = _NOT_SPACE.search(text, start)
-    gap = word and _GAP.search(text, word.end())
-    return gap.end() if gap else -1
-
-
 class _Tokens:
     """A spec's two tokenizers: `plain` (no truncation, no special tokens added) counts and slices,
     `exact` is the encode pool's own; and whether the shortcuts of the module's NOTE hold."""
@@ -246,6 +208,7 @@ class _Tokens:
         template = (bool(raw) and enc.ids == prefix + raw + suffix and self.exact.encode(long).ids
                     == self._template(self.plain.encode(long, add_special_tokens=False).ids).tolist())
         self.additive = template and _additive(json.loads(self.plain.to_str()))
+        self.words = WordTokens(self.plain, WHITESPACE) if self.additive else None
 
     def count(self, text: str) -> int:
         return len(self.plain.encode(text, add_special_tokens=False).ids)
@@ -292,14 +255,8 @@ class _Splitter:
         self.size, self.limit = spec.limit, spec.limit
         self.overlap = min(spec.overlap_tokens, spec.limit // 2)
         self._counted: dict[tuple[int, int], int] = {}
-        if tokens.additive:
-            points = cut_points(text, TOKEN_PIECE_CHARS)
-            encs = tokens.plain.encode_batch([text[a:b] for a, b in zip(points, points[1:])], add_special_tokens=False)
-            self.ids = np.concatenate([_EMPTY, *(np.asarray(e.ids, dtype=np.int32) for e in encs)])
-            # int64, as the positions searched for: a dtype of its own would cast the array on every search
-            self.starts = np.concatenate([np.zeros(0, dtype=np.int64),
-                                          *(np.asarray([o[0] for o in e.offsets], dtype=np.int64) + a
-                                            for e, a in zip(encs, points))])
+        if tokens.words is not None:
+            self.ids, self.starts = tokens.words.tokens(text)
 
     def chunks(self):
         """(chunk, its ids without special tokens or None, start, end) for every chunk of the text, in order."""

@@ -15,7 +15,8 @@ import pytest
 
 from conftest import cli_env, run
 from docs import make_docx, make_pdf, make_pptx
-from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, _tokens, cut_points, page_chunks
+from ingest import word_tokens
+from ingest.chunk import MAX_CHUNK_BYTES, WHITESPACE, ChunkSpec, _tokens, page_chunks
 from ingest.config import load_config, loader_options
 from ingest.files import FileRef
 from ingest.load import RANGE_BYTES, Loaded, LoadTask, Pages, Range, load_file
@@ -181,16 +182,22 @@ def test_a_tokenizer_that_is_not_additive_is_tokenized_for_real(tmp_path: Path, 
 
 
 # -- segments -------------------------------------------------------------------------------
-def test_cut_points_cut_before_paragraph_breaks() -> None:
-    text = "\n\n".join(f"paragraph {i} " + "word " * 30 for i in range(200)) + "\n" + "x" * 5000 + " end"
-    points = cut_points(text, 1000)
-    parts = [text[a:b] for a, b in zip(points, points[1:])]
-    assert points[0] == 0 and "".join(parts) == text and all(text[k] in "\n " for k in points[1:-1])
-    assert all(p.startswith("\n\n") and len(p) <= 1000 for p in parts[1:-1])
-    assert parts[-1] == "\n" + "x" * 5000 + " end"                   # the run of letters keeps its neighbour
-    assert all(" " in p.strip() or "\n" in p.strip() for p in parts)
-    assert cut_points("", 10) == [0, 0] and cut_points("y" * 50, 10) == [0, 50] and cut_points(" " * 50, 10) == [0, 50]
-    assert cut_points("ab " * 10 + "y" * 50, 10) == [0, 8, 17, 26, 80]    # not [.., 29, 80]: "yyy..." alone
+def test_word_cache_gives_the_tokens_of_the_whole_text(corpus: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29: a page's tokens from the word cache are encode_batch's on the whole page (ids and starts),
+    also for odd whitespace (deleted controls, NBSP, ideographic space) and after the
+    cache is emptied."""
+    tokens = _tokens(MODEL.tokenizer_file, MODEL.max_seq_length)
+    rng = random.Random(3)
+    odd = [" ", "\n", "\t", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\xa0", "\u3000", "\u200b", "\x00", ""]
+    texts = corpus + ["".join(rng.choice(WORDS) + rng.choice(odd) for _ in range(rng.randint(0, 300))) for _ in range(60)]
+    monkeypatch.setattr(word_tokens, "MAX_WORDS", 50)
+    cache = word_tokens.WordTokens(tokens.plain, WHITESPACE)
+    for text in texts:
+        ids, starts = cache.tokens(text)
+        enc = tokens.plain.encode_batch([text], add_special_tokens=False)[0]
+        assert ids.tolist() == enc.ids and starts.tolist() == [o[0] for o in enc.offsets], repr(text[:200])
+        assert ids.dtype == "int32" and starts.dtype == "int64"
+    assert len(cache._index) < len({w for t in texts for w in t.split()})
 
 
 def test_pages_hand_on_parts_in_order_and_a_failed_range_fails_the_file() -> None:

@@ -48,6 +48,10 @@ class InFlight:
         self.dispatched -= 1
         self.chunks -= self._loaded.pop(seq, 0)
 
+    def of(self, seq: int) -> int:
+        """File `seq`'s chunks in flight."""
+        return self._loaded.get(seq, 0)
+
     @property
     def empty(self) -> bool:
         return self.dispatched == 0
@@ -90,11 +94,14 @@ class Ranged:
         return self.held.pop(seq, []) if self.held else []
 
     def load(self, room: int, head: int) -> None:
-        """Load ranges while chunks in flight are under `room` (the file next in order, `head`, always may
-        have one loading), no file with more than its pool's workers loading."""
+        """Load ranges while chunks in flight are under `room`, no file with more than its pool's workers
+        loading. The file next in order (`head`) may have one range loading while its own chunks in flight are
+        under `room`, whatever later files hold: they wait for it, so they must not stop it (a deadlock), and
+        it must not outrun the writer either (its parts are fed, and leave the count as they are written)."""
         for seq, pages in sorted(self.files.items()):
             while pages.todo and not pages.ended and len(pages.loading) < self.workers(pages.ref.fmt) and (
-                    self.in_flight.chunks < room or (seq == head and not pages.loading)):
+                    self.in_flight.chunks < room
+                    or (seq == head and not pages.loading and self.in_flight.of(seq) < room)):
                 self.submit(pages)
             if not pages.todo or pages.ended:
                 del self.files[seq]

@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "chunking": {"chunk_tokens": 200, "overlap_tokens": 30, "context_tokens": 48, "skip_junk": True},
     "store": {"uri": "./ingest.db", "collection": "documents", "batch_size": 512, "timeout_s": 60.0,
               "writers": 1},
+    "cache": {"vectors_mb": 512, "path": "auto"},
     "run": {"max_files_in_flight": 32, "max_chunks_in_flight": "auto", "follow_symlinks": "inside", "report": "",
             "engine": "local"},
     "ray": {"address": "", "cpus": 0, "object_store_mb": 512, "encode_actors": "auto", "encode_gpus": "auto",
@@ -55,7 +56,9 @@ CHOICES = {
     "run.follow_symlinks": ("inside", "all", "none"),
     "run.engine": ("local", "ray"),
 }
-ZERO_OK = ("chunking.overlap_tokens", "chunking.context_tokens", "limits.worker_memory_mb", "ray.cpus")   # integers where 0 is allowed (0 = off)
+# integers where 0 is allowed (0 = off)
+ZERO_OK = ("chunking.overlap_tokens", "chunking.context_tokens", "cache.vectors_mb", "limits.worker_memory_mb",
+           "ray.cpus")
 # "auto" or a positive integer
 AUTO_INT = ("model.batch_size", "model.max_batch_tokens", "model.tokenizer_workers", "run.max_chunks_in_flight",
             "ray.encode_actors", *(f"loaders.{p}.workers" for p in ("txt", "pdf", "docx", "pptx")))

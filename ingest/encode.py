@@ -9,12 +9,16 @@ has nothing to encode. A file is encoded in groups of GROUP_CHUNKS, so memory st
 file comes in parts (ingest/files.py), and once every group of a part but the file's last is with
 the writer, `on_part` tells the dispatcher (the writer's own `on_accepted` tells of the last). The
 pool's busy seconds go on the run's timeline, and each file's share into its outcome's times.
+Each group is planned first (ingest/reuse.py NOTE): chunks whose vector was made before (this run, the
+store's rows of a changed file, the local cache) skip the pool, equal chunks go to it once, and a file
+none of whose chunks need the encoder never waits for it; its outcome counts chunks encoded and reused.
 
 NOTE (stopping): once the run stops (`stopping`), every file that comes next passes to the writer as
 failed "interrupted", and so does every file the pool took but had not encoded: the pool finishes
 at most the batch a worker is running and drops the windows it read ahead (up to
 max_chunks_in_flight chunks: 25-50 s of torch on a busy 2-core CPU), and a file with any chunk
-not encoded fails whole (rows of its earlier parts already sent are removed: write.py NOTE). Files
+not encoded fails whole (rows of its earlier parts already sent are removed: write.py NOTE). A group
+whose vectors are all reused (ingest/reuse.py) counts as not encoded once the run stops. Files
 whose rows all came back are written. A file with chunks also waits in `_groups` until the pool's
 first worker is up, and that wait ends when the run stops, so a Ctrl-C while the model is still
 loading ends the run at once instead of after the load. close() never waits for a pool still being
@@ -33,6 +37,7 @@ import numpy as np
 
 from ingest.files import INTERRUPTED, Finished, Row
 from ingest.model_ref import ModelRef
+from ingest.reuse import Plan, Reuse, fingerprint
 from ingest.timeline import Meter, Timeline
 from ingest.workers.encode import WINDOW_MAX, WINDOW_MIN, Pretokenized
 from ingest.write import Writer
@@ -60,38 +65,25 @@ class Part:
 class EncodeStage:
     def __init__(self, model: ModelRef, settings: dict[str, Any], writer: Writer,
                  on_error: Callable[[BaseException], None], stopping: threading.Event,
-                 on_part: Callable[[Finished], None] = lambda part: None, timeline: Timeline | None = None):
+                 on_part: Callable[[Finished], None] = lambda part: None, timeline: Timeline | None = None,
+                 reuse: Reuse | None = None):
         self.model, self.settings, self.writer = model, settings, writer
+        self.reuse = reuse or Reuse(fingerprint(model, settings["backend"], settings), model.dim, None, None)
         self.on_error, self.stopping, self.on_part = on_error, stopping, on_part
         self.feed: queue.Queue[Finished | None] = queue.Queue()
         self.closed = threading.Event()
         self.stats: dict[str, float] = {}
         self._meter = Meter(timeline or Timeline(), "encode")
         self._encode_s: dict[int, float] = {}    # file seq -> its groups' seconds so far
+        self._counts: dict[int, tuple[int, int]] = {}    # file seq -> (chunks encoded, reused) so far
         self._pool: Future | None = None     # the EncodePool, once made
         self._up: Future | None = None       # done once its first worker is up (or it cannot start)
         self._window: int | None = None      # the pool's, once its first worker is up
 
     def start_pool(self) -> None:
         """Start the EncodePool in the background (idempotent)."""
-        if self._pool is not None:
-            return
-        self._pool, self._up = Future(), Future()
-
-        def make() -> None:
-            try:
-                pool = make_pool(self.model, self.settings)
-            except BaseException as exc:
-                self._pool.set_exception(exc)
-                self._up.set_exception(exc)
-                return
-            self._pool.set_result(pool)
-            try:
-                pool.dim                    # waits for the first worker; raises if it cannot start
-                self._up.set_result(True)
-            except BaseException as exc:
-                self._up.set_exception(exc)
-        threading.Thread(target=make, name="ingest-encoder-start", daemon=True).start()
+        if self._pool is None:
+            self._pool, self._up = start_pool(self.model, self.settings)
 
     def chunks_ahead(self, setting: int | str) -> int:
         """[run] max_chunks_in_flight: chunks loaded and not yet written. "auto" is WINDOWS_AHEAD encode
@@ -114,36 +106,56 @@ class EncodeStage:
         empty = np.zeros((0, 0), dtype=np.float32)
         try:
             groups = self._groups()
-            for part, texts in groups:
-                if len(texts):
+            for plan in groups:
+                if plan.encoded:
                     pool = self._pool.result()
                     failures: list[tuple[int, int, BaseException]] = []     # appended by the pool's thread
                     offset = 0
-                    for p, vectors in pool.encode_groups(chain([(part, texts)], groups),
-                                                         on_failed=lambda *f: failures.append(f), stop=self.stopping):
-                        if vectors is None:             # dropped by the stop (NOTE: stopping)
-                            self.writer.fail(p.file, INTERRUPTED)
-                            offset += len(p.chunks)
-                            self._add(replace(p, file=interrupted(p.file), chunks=[]), empty)
+                    for pl, encoded in pool.encode_groups(((g, g.tokens) for g in chain([plan], groups)),
+                                                          on_failed=lambda *f: failures.append(f), stop=self.stopping):
+                        p, vectors = pl.part, self.reuse.assemble(pl, encoded)
+                        if vectors is None or self._stopped(pl):    # dropped by the stop (NOTE: stopping)
+                            offset += pl.encoded
+                            self._drop(p)
                             continue
-                        if failures and np.isnan(vectors).any():
-                            self.writer.fail(p.file, chunk_failure_text(failures, offset, p.start, len(p.chunks)))
-                        offset += len(p.chunks)
+                        if np.isnan(vectors).any():     # its chunks (or the equal ones it waited for) failed
+                            self.writer.fail(p.file, chunk_failure_text(failures, offset, p.start, pl.misses))
+                        offset += pl.encoded
                         stats = pool.stats
-                        self._add(p, vectors, self._meter.charge(stats["encode_s"], stats["chunks"], len(p.chunks)))
+                        self._add(p, vectors, self._meter.charge(stats["encode_s"], stats["chunks"], pl.encoded),
+                                  pl)
                     self.stats = dict(pool.stats)
                     break
-                self._add(part, empty)
+                if self._stopped(plan):
+                    self._drop(plan.part)
+                    continue
+                self._add(plan.part, self.reuse.assemble(plan, empty) if plan.keys else empty, plan=plan)
             self.writer.flush()
         except BaseException as exc:
             self.on_error(exc)
 
-    def _add(self, part: Part, vectors: np.ndarray, seconds: float = 0.0) -> None:
-        """Hand a group to the writer; the file's last carries the seconds its groups took to encode."""
+    def _stopped(self, plan: Plan) -> bool:
+        """A group of chunks none of which the pool encoded, once the run stops: dropped like the pool's (NOTE:
+        stopping), or a file whose vectors are all reused would go on being written after the stop."""
+        return bool(plan.keys) and not plan.encoded and self.stopping.is_set()
+
+    def _drop(self, part: Part) -> None:
+        """The group's file fails "interrupted" (rows of its earlier groups removed: write.py NOTE)."""
+        self.writer.fail(part.file, INTERRUPTED)
+        self._add(replace(part, file=interrupted(part.file), chunks=[]), np.zeros((0, 0), dtype=np.float32))
+
+    def _add(self, part: Part, vectors: np.ndarray, seconds: float = 0.0, plan: Plan | None = None) -> None:
+        """Hand a group to the writer; the file's last carries the seconds its groups took to encode, and
+        how many of its chunks were encoded and reused."""
         file, seq = part.file, part.file.ref.seq
         self._encode_s[seq] = self._encode_s.get(seq, 0.0) + seconds
+        encoded, reused = self._counts.get(seq, (0, 0))
+        if plan is not None and part.chunks:
+            self._counts[seq] = encoded, reused = encoded + plan.encoded, reused + plan.reused
         if part.last:
-            file = replace(file, outcome=file.outcome.plus(encode=self._encode_s.pop(seq)))
+            self._counts.pop(seq, None)
+            outcome = replace(file.outcome, encoded=encoded, reused=reused)
+            file = replace(file, outcome=outcome.plus(encode=self._encode_s.pop(seq)))
         self.writer.add(file, part.start, part.chunks, vectors, part.last)
         if part.end and not part.file.last:
             self.on_part(part.file)
@@ -170,8 +182,9 @@ class EncodeStage:
                 pass
         return False
 
-    def _groups(self) -> Iterator[tuple[Part, Pretokenized | list]]:
-        """(Part, its texts with their ids) for each part of each file, in file order; the get times out to
+    def _groups(self) -> Iterator[Plan]:
+        """A Plan (ingest/reuse.py: what is reused, what goes to the encoder) for each group of each file, in file
+        order; a file with chunks to encode first waits for the pool's first worker. The get times out to
         notice a closed run."""
         while not self.closed.is_set():
             try:
@@ -180,11 +193,17 @@ class EncodeStage:
                 continue
             if file is None:
                 return
-            if file.outcome.status == "ingested" and (self.stopping.is_set()
-                                                       or (file.outcome.chunks and not self._wait_up())):
+            if file.outcome.status == "ingested" and self.stopping.is_set():
                 file = interrupted(file)
-            for start, chunks, tokens, end in file_parts(file):
-                yield Part(file, start, chunks, end), tokens
+            plans = [self.reuse.plan(Part(file, start, chunks, end), tokens)
+                     for start, chunks, tokens, end in file_parts(file)]
+            if file.outcome.status == "ingested" and any(p.encoded for p in plans) and not self._wait_up():
+                for p in plans:
+                    self.reuse.cancel(p)
+                file = interrupted(file)
+                plans = [self.reuse.plan(Part(file, start, chunks, end), tokens)
+                         for start, chunks, tokens, end in file_parts(file)]
+            yield from plans
 
 
 def interrupted(file: Finished) -> Finished:
@@ -211,6 +230,28 @@ def file_parts(file: Finished) -> Iterator[tuple[int, list[Row], Pretokenized, b
         yield file.start + start, chunks, tokens, stop >= len(items)
 
 
+def start_pool(model: ModelRef, settings: dict[str, Any]) -> tuple[Future, Future]:
+    """(a Future of the EncodePool, a Future done once its first worker is up, or failed with why it cannot
+    start): the pool is made on a thread of its own, so the run goes on meanwhile."""
+    made, up = Future(), Future()
+
+    def make() -> None:
+        try:
+            pool = make_pool(model, settings)
+        except BaseException as exc:
+            made.set_exception(exc)
+            up.set_exception(exc)
+            return
+        made.set_result(pool)
+        try:
+            pool.dim                        # waits for the first worker; raises if it cannot start
+            up.set_result(True)
+        except BaseException as exc:
+            up.set_exception(exc)
+    threading.Thread(target=make, name="ingest-encoder-start", daemon=True).start()
+    return made, up
+
+
 def make_pool(model: ModelRef, settings: dict[str, Any]) -> EncodePool:
     """The EncodePool for a run's chunks, from the [model] settings (with the collection's backend)."""
     from ingest.encode_pool import EncodePool
@@ -227,13 +268,18 @@ def _auto(value: Any) -> Any:
     return None if value == "auto" else value
 
 
-def chunk_failure_text(failures: list[tuple[int, int, BaseException]], offset: int, start: int, n: int) -> str:
-    """The report's line for a file's chunks [start, start+n), which are chunks [offset, offset+n) of
-    the encode call, and include chunks that could not be encoded (`failures`: the call's on_failed)."""
+def chunk_failure_text(failures: list[tuple[int, int, BaseException]], offset: int, start: int,
+                       sent: int | list[int]) -> str:
+    """The report's line for a group of a file's chunks from `start` on, whose chunks `sent` (indexes in the
+    group) are chunks [offset, offset+len(sent)) of the encode call, and include chunks that could not be
+    encoded (`failures`: the call's on_failed), or took the vector of an equal chunk that could not. An int
+    `sent`: the group's first `sent` chunks."""
+    sent = list(range(sent)) if isinstance(sent, int) else sent
+    n = len(sent)
     for first, count, error in failures:
         if first < offset + n and offset < first + count:
             failure = getattr(error, "failure", None)
             what = f"{failure.where} (pid {failure.pid}): {failure.error}" if failure else str(error)
-            index = start + max(first - offset, 0)
+            index = start + sent[max(first - offset, 0)]
             return f"chunk {index} could not be encoded after every retry: {' '.join(what.split())[:300]}"
     return "a chunk could not be encoded after every retry"

@@ -82,6 +82,8 @@ class Outcome:
     warnings: tuple[str, ...] = ()
     times: Times = Times()             # per stage
     junk: int = 0                      # chunks skipped as non-language text (base64, hex, binary)
+    encoded: int | None = None         # chunks the encoder embedded for it (None: an engine that does not count: all)
+    reused: int = 0                    # chunks that took a vector already made (ingest/reuse.py)
 
     @property
     def seconds(self) -> float:

@@ -116,6 +116,7 @@ def _summary(t: dict[str, Any]) -> str:
     meta = " · ".join(f"{k} <b>{escape(str(t[k]))}</b>" for k in ("store", "collection", "model", "backend", "engine")
                       if t.get(k))
     cards = [("files", f"{t.get('files', 0):,}"), ("chunks", f"{t.get('chunks', 0):,}"),
+             *((f"chunks {k}", f"{t[f'{k}_chunks']:,}") for k in ("encoded", "reused") if f"{k}_chunks" in t),
              ("seconds", _num(t.get("seconds", 0))), ("exit code", str(t.get("exit_code", "")))]
     cards += [(f"{k} chunks/s", _num(v)) for k, v in t.get("chunks_per_s", {}).items()]
     rows = "".join(f'<div class="card"><div class="v">{escape(v)}</div><div class="k">{escape(k)}</div></div>'

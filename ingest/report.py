@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Iterable
 
 from ingest import html_report
-from ingest.files import Finished
+from ingest.files import Finished, Outcome
 from ingest.outputs import html_path, spool_path, tmp_path
 from ingest.scan import unlisted
 from ingest.store import local_path
@@ -60,6 +60,8 @@ def file_entry(file: Finished) -> dict[str, Any]:
     stages = {stage: round(s, 3) for stage, s in o.times.items() if round(s, 3)}
     entry: dict[str, Any] = {"path": file.ref.source, "status": o.status, "format": file.ref.fmt or None,
                              "chunks": o.chunks, "seconds": round(sum(stages.values()), 3)}
+    if o.status == "ingested" and o.chunks:          # how its chunks got their vectors (ingest/reuse.py)
+        entry["encoded"], entry["reused"] = encoded(o), o.reused
     if stages:
         entry["stages"] = stages
     if o.error:
@@ -73,6 +75,11 @@ def file_entry(file: Finished) -> dict[str, Any]:
     return entry
 
 
+def encoded(o: Outcome) -> int:
+    """Chunks the encoder embedded for a file: all of them where the engine does not count (Ray)."""
+    return o.chunks - o.reused if o.encoded is None else o.encoded
+
+
 class Tally:
     """The files of a run as they settle: their lines in the spool (NOTE), their counts in memory, the
     recorded sources no file settled as yet (`unseen`: for prune) and the folders the scan could not list."""
@@ -84,6 +91,7 @@ class Tally:
         self.by_status: Counter[str] = Counter()
         self.by_format: Counter[str] = Counter()
         self.files = self.chunks = self.junk = 0
+        self.encoded = self.reused = 0       # chunks of the ingested files: encoded, or given a vector made before
         self.load_s = 0.0                    # loading, OCR and chunking seconds of the ingested files
         self.digest = html_report.Digest()
         self._out: IO[str] | None = None
@@ -108,6 +116,8 @@ class Tally:
         self.junk += o.junk
         if o.status == "ingested":
             self.chunks += o.chunks
+            self.encoded += encoded(o)
+            self.reused += o.reused
             self.load_s += o.times.loader_side
 
     def rates(self, stage: EncodeStage | None, writer: Writer | None) -> dict[str, float]:
@@ -124,7 +134,8 @@ class Tally:
 
     def totals(self, seconds: float, stages: dict[str, float], extra: dict[str, Any]) -> dict[str, Any]:
         return {"files": self.files, "by_status": dict(self.by_status), "by_format": dict(self.by_format),
-                "chunks": self.chunks, "junk_chunks": self.junk, "seconds": round(seconds, 2),
+                "chunks": self.chunks, "encoded_chunks": self.encoded, "reused_chunks": self.reused,
+                "junk_chunks": self.junk, "seconds": round(seconds, 2),
                 "chunks_per_s": {k: round(v, 1) for k, v in stages.items()}, **extra}
 
     def write(self, totals: dict[str, Any]) -> None:

@@ -4,9 +4,14 @@ NOTE (syncs, the folder, debounce, stopping and timeouts):
 - A sync is one `Run(cfg, [folder], prune=True)`: exactly `ingest run FOLDER --prune` (an unchanged file
   costs a stat, a changed one is re-ingested, a deleted one removed, a rename is both), with its
   per-file isolation, its report (each sync writes it, at `ingest run`'s path) and its exit codes.
-  The first sync runs at start, so a restart resumes from the manifest. Each sync starts and stops
-  its own pipeline and owns the store (Lite: its flock) only while it runs: between syncs watch has
-  no pipeline process (only multiprocessing's resource tracker) and `ingest search` can read the store.
+  The first sync runs at start, so a restart resumes from the manifest.
+- The pipeline stays warm (ingest/engines/warm.py NOTE; the local engine): the first sync opens the collection
+  and starts the processes, and watch keeps them until it ends: the store (Lite: its flock, and its host,
+  which `ingest search` reaches on its private socket: ingest/store/lite_host.py NOTE; `ingest status` reads
+  the manifest; Qdrant's local mode is opened by each sync instead), the loader pools, the encode workers
+  (started right after the first sync; stopped after an idle hour, started again by the next sync that
+  encodes) and the writer processes. A sync is a new `Run` (its scan, report and ledger), not new processes.
+  Idle, every process sleeps in a blocking wait with a timeout.
 - The notifier (ingest/watch_tree.py NOTE: the folders the scan reads, one watch each, never a link to a
   folder; the run's outputs and the store's files ignored) collects changes, also while a sync runs
   (they are handed over after it, and lead to the next).
@@ -30,7 +35,7 @@ NOTE (syncs, the folder, debounce, stopping and timeouts):
   the check before a sync and the run's handlers is seen when that sync ends.
 - A sync that cannot start because another process holds the store is retried every RETRY_S (said
   once). Any other error that stops a sync (config, model, backend, a store of other settings or not
-  answering, the encoder) ends watch with its one line, exit 2; a restart resumes.
+  answering, the encoder) ends watch with its one line, exit 2, after that sync's report; a restart resumes.
 """
 from __future__ import annotations
 
@@ -47,6 +52,7 @@ from typing import Any, Iterator
 from ingest.config import ConfigError
 from ingest.engines import engine_for
 from ingest.engines.run import Run
+from ingest.engines.warm import Pipeline
 from ingest.files import FileRef, Outcome
 from ingest.report import default_report_path
 from ingest.scan import printable
@@ -96,13 +102,20 @@ def watch(cfg: dict[str, Any], folder: Path, *, quiet: bool = False, report_path
     folder = Path(folder).resolve()
     report = Path(report_path or default_report_path(cfg["store"]["uri"])).resolve()
     wait_ms = int(min(WAIT_MS, max(50, debounce_s * 250)))      # late by at most a quarter of the debounce
+    pipeline = Pipeline(cfg) if cfg["run"]["engine"] != "ray" else None
     with _Signals() as signals:
         notifier = Notifier(folder, cfg["run"]["follow_symlinks"], ignore(cfg["store"]["uri"], report),
                             signals.stopping, wait_ms)
+        released = True
         try:
-            return _Watch(cfg, folder, report, quiet, debounce_s, signals, notifier).run()
+            return _Watch(cfg, folder, report, quiet, debounce_s, signals, notifier, pipeline).run()
+        except StoreError:
+            released = False                 # a store gone: as a run, leave its lease, trust nothing
+            raise
         finally:
             notifier.close()                 # the notifier stops
+            if pipeline is not None:
+                pipeline.close(release=released)
 
 
 @dataclass
@@ -117,9 +130,9 @@ class _Watch:
     """The loop of one `watch` (NOTE)."""
 
     def __init__(self, cfg: dict[str, Any], folder: Path, report: Path, quiet: bool, debounce_s: float,
-                 signals: _Signals, notifier: Notifier):
+                 signals: _Signals, notifier: Notifier, pipeline: Pipeline | None):
         self.cfg, self.folder, self.report, self.quiet, self.debounce_s = cfg, folder, report, quiet, debounce_s
-        self.signals, self.notifier = signals, notifier
+        self.signals, self.notifier, self.pipeline = signals, notifier, pipeline
         self.cap = max(MAX_WAIT_S, 10 * debounce_s)
         self.pending: dict[str, _Pending] = {}
         self.identity = _identity(folder)
@@ -129,9 +142,13 @@ class _Watch:
         self._start_notifier()
         if (code := self._sync(None, frozenset())) is not None:
             return code
+        if self.pipeline is not None:
+            self.pipeline.warm()
         self._say(f"watch: watching {self.folder} (debounce {self.debounce_s:g} s); Ctrl-C stops", always=False)
         while not self.signals.stopping.is_set():
             batch = self.notifier.changes()           # a set of changes, or an empty one after the wait
+            if self.pipeline is not None:
+                self.pipeline.rest()
             self._say(*self.notifier.said)
             self.notifier.said.clear()
             now = time.monotonic()
@@ -212,8 +229,9 @@ class _Watch:
             if self.signals.exit_code is not None:
                 return self.signals.exit_code
             engine = _holding(engine_for(self.cfg), held, HELD.format(self.debounce_s, self.cap))
+            warm = {"pipeline": self.pipeline} if self.pipeline is not None else {}
             run = engine(self.cfg, [self.folder], quiet=self.quiet or changes is not None, prune=True,
-                         report_path=self.report)
+                         report_path=self.report, **warm)
             if (run.root, run.named) != (self.folder, None) or _identity(self.folder) != self.identity:
                 return None                   # gone or replaced since: no sync (the next wait says so)
             try:

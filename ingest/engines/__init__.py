@@ -1,7 +1,7 @@
 """The engines that run `ingest run`: `run` (every engine's `Run`: start, the report, stop signals, exit
 codes), `local` (`LocalRun`: this machine's processes) and Ray (`ray_driver`, the driver, and
 `ray_flow`, its side in Ray, and `ray_stages`, what Ray runs on any node). `inflight` and `stop` are the local dispatcher's bounds and
-the run's stop signals."""
+the run's stop signals; `warm` is the pipeline `ingest watch` keeps up between its syncs (each sync a `LocalRun`)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

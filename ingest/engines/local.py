@@ -35,11 +35,11 @@ import threading
 from typing import Any, Iterator
 
 from ingest import load, ocr, remote
-from ingest.config import FORMAT_POOLS
 from ingest.encode import EncodeStage
 from ingest.engines.events import Accepted, EncodeFailed, Event, LoadDone, OcrPageDone, PartWritten, Stop, Written
 from ingest.engines.inflight import InFlight, Ranged
 from ingest.engines.run import Run, RunError
+from ingest.engines.warm import loader_pools
 from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
 from ingest.loaders import pool_for
 from ingest.sniff import unchanged
@@ -64,30 +64,31 @@ class LocalRun(Run):
             cfg["run"]["max_files_in_flight"], EncodeStage.most_chunks_ahead(cfg["run"]["max_chunks_in_flight"])))
         self._total: int | None = None      # files pulled from the scan, once it is exhausted
         self.pools: Pools | None = None
+        self._replaced = 0                  # pools replaced before this run (a warm pipeline's)
         self.stage: EncodeStage | None = None
         self.writer: Writer | None = None
 
     def ingest(self, files: Iterator[tuple[FileRef, Outcome | None]]) -> None:
         """Every file of the scan (lazy: pulled as files are dispatched) through the pipeline; each file
-        ends through `settle`, in file order."""
-        cfg, col, self.timeline = self.cfg, self.col, Timeline(self.started)
-        plugins = tuple(cfg["loaders"]["plugins"])
-        self.pools = Pools({p: cfg["loaders"][p]["workers"] for p in FORMAT_POOLS},
-                           {p: cfg["loaders"][p]["timeout_s"] for p in FORMAT_POOLS},
-                           load.init_loader_process, (plugins, cfg["limits"]["worker_memory_mb"]))
-        self.writer = Writer(col.store, col.manifest, col.model.name, col.settings, cfg["store"]["batch_size"],
-                             lambda f: self.events.put(Accepted(f.ref.seq, f.chunk_count if f.outcome.status == "ingested" else 0)), lambda f: self.events.put(Written(f)),
-                             col.backend, writers=cfg["store"]["writers"], timeline=self.timeline)
-        self.stage = EncodeStage(col.model, {**cfg["model"], "backend": col.backend}, self.writer,
-                                 lambda e: self.events.put(EncodeFailed(e)), self.stopping,
-                                 lambda f: self.events.put(PartWritten(f.ref.seq, f.chunk_count)), self.timeline)
+        ends through `settle`, in file order. Watch's syncs use its warm pipeline's processes (warm.py)."""
+        cfg, col, self.timeline, pipe = self.cfg, self.col, Timeline(self.started), self.pipeline
+        self.pools = pipe.loader_pools() if pipe else loader_pools(cfg)
+        self._replaced = self.pools.replaced
+        self.writer = (pipe.writer if pipe else Writer)(
+            col.store, col.manifest, col.model.name, col.settings, cfg["store"]["batch_size"],
+            lambda f: self.events.put(Accepted(f.ref.seq, f.chunk_count if f.outcome.status == "ingested" else 0)),
+            lambda f: self.events.put(Written(f)), col.backend, writers=cfg["store"]["writers"], timeline=self.timeline)
+        self.stage = (pipe.encode_stage if pipe else EncodeStage)(
+            col.model, {**cfg["model"], "backend": col.backend}, self.writer, lambda e: self.events.put(EncodeFailed(e)),
+            self.stopping, lambda f: self.events.put(PartWritten(f.ref.seq, f.chunk_count)), self.timeline,
+            reuse=col.reuse)
         thread = threading.Thread(target=self.stage.run, name="ingest-encode", daemon=True)
         thread.start()
         self._loop(files, thread)
 
     def close(self) -> None:
-        """Stop every process of the engine (also after an error)."""
-        if self.pools is not None:
+        """Stop every process of the engine (also after an error); a warm pipeline's stay up (watch stops them)."""
+        if self.pools is not None and self.pipeline is None:
             self.pools.stop()
         if self.stage is not None:
             self.stage.close()
@@ -96,7 +97,7 @@ class LocalRun(Run):
 
     def engine_totals(self) -> dict[str, Any]:
         w = self.writer
-        return {"pools_replaced": self.pools.replaced, "first_row_s": w.first_row_s(self.started) if w else None,
+        return {"pools_replaced": self.pools.replaced - self._replaced, "first_row_s": w.first_row_s(self.started) if w else None,
                 "timeline": self.timeline.report(slots(self.cfg["loaders"], self.tally.by_format, self.stage.workers,
                                                        w.processes))}
 

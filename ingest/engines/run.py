@@ -27,7 +27,7 @@ import threading
 import time
 from itertools import chain
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ingest import load, remote
 from ingest.backends import BackendError
@@ -41,6 +41,9 @@ from ingest.scan import Scan, common_root, scan, under
 from ingest.status import LastRun
 from ingest.store import StoreError, redact
 from ingest.store.collection import open_collection
+
+if TYPE_CHECKING:
+    from ingest.engines.warm import Pipeline
 
 
 class RunError(RuntimeError):
@@ -56,10 +59,12 @@ class Run:
     """A run of `ingest run PATH...` with some engine (module docstring)."""
 
     def __init__(self, cfg: dict[str, Any], paths: Path | str | Sequence[Path], *, quiet: bool = False,
-                 prune: bool = False, reembed: bool = False, report_path: Path | None = None):
+                 prune: bool = False, reembed: bool = False, report_path: Path | None = None,
+                 pipeline: Pipeline | None = None):
         self.cfg, (self.root, self.named) = cfg, (paths, None) if remote.is_url(paths) else common_root(paths)
         self.last, self.totals = LastRun(), None     # ingest status's last run; the report's totals (--json)
         self.quiet, self.prune, self.reembed = quiet, prune, reembed
+        self.pipeline = pipeline                # watch's warm pipeline (warm.py): its collection and processes
         self.report_path = report_path or default_report_path(cfg["store"]["uri"])
         self.stopping = threading.Event()
         self.signals = StopSignals(self.stopping, self.on_stop, self._quit)
@@ -87,7 +92,7 @@ class Run:
         try:
             self.check()
             load.import_plugins(tuple(cfg["loaders"]["plugins"]))
-            self.col = col = open_collection(cfg, self.reembed)
+            self.col = col = self.pipeline.collection(self.reembed) if self.pipeline else open_collection(cfg, self.reembed)
         except START_ERRORS as exc:             # the report says why, then the one line (exit 2)
             error = f"the run cannot start: {exc}" if isinstance(exc, OSError) else str(exc)
             unwritten = self._report_unstarted(started, error, EXIT_ERROR)
@@ -133,7 +138,8 @@ class Run:
                 totals.update(exit_code=EXIT_ERROR, stopped_by=totals["stopped_by"] or str(fatal))
             self.totals = totals
             self.last.record(col, self.report_path, totals, fatal)      # after the report: store first, then record
-        col.close(release=not isinstance(fatal, StoreError))
+        if self.pipeline is None or self.pipeline.col is not col:    # watch's warm pipeline keeps its own open
+            col.close(release=not isinstance(fatal, StoreError))
         if not self.quiet:
             print(summary(totals), file=sys.stderr)
             print(f"report: {self.report_path}", file=sys.stderr)
@@ -196,7 +202,7 @@ class Run:
             if col is not None:
                 self.last.record(col, self.report_path, {"seconds": time.perf_counter() - started,
                                                          "exit_code": code, "signal": name, "stopped_by": why})
-        if col is not None:
+        if col is not None and (self.pipeline is None or self.pipeline.col is not col):
             col.close()
         if not self.quiet:
             print(f"\ningest: {name} while starting; nothing was ingested", file=sys.stderr)

@@ -199,8 +199,9 @@ class StoreBase:
         if removed:
             manifest.remove(removed)
 
-    def rows(self, fields: Sequence[str]) -> list[dict[str, Any]]:
-        """`fields` of every row (for checks on small stores)."""
+    def rows(self, fields: Sequence[str], source: str | None = None) -> list[dict[str, Any]]:
+        """`fields` of every row (for checks on small stores), or of `source`'s rows (any version: the reuse
+        of a changed file's vectors, ingest/reuse.py); "vector" as a sequence of floats."""
         raise NotImplementedError
 
     def search(self, vector: Sequence[float] | None, k: int, mode: str = "dense", query: str = "") -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from ingest.backends import choose, model_file
 from ingest.store.lite_folder import foreign_folder
 from ingest.store.manifest import Entry, Manifest, SqliteManifest, manifest_path
 from ingest.model_ref import ModelRef, resolve_model
+from ingest.reuse import Reuse
 from ingest.store.base import SCHEMA_VERSION, Lease, StoreBase, StoreError
 from ingest.store.uri import kind, open_store
 
@@ -38,6 +39,7 @@ class Collection:
     lease: Lease | None            # a server collection's lease; an embedded store is flocked instead
     trusted: Trusted | None = None     # a Lite store opened on its manifest's word (open_collection)
     warnings: list[str] = field(default_factory=list)     # said at the start of the run and in its report
+    reuse: Reuse | None = None     # the run's reuse of vectors (ingest/reuse.py)
 
     def check_lease(self) -> None:
         """Raise LeaseLost (a StoreError, one line) if a server collection's lease was lost: stop the run."""
@@ -67,6 +69,8 @@ class Collection:
                 _record_trusted(self)
             except StoreError:                 # nothing recorded: the next run checks the store itself
                 pass
+        if self.reuse is not None:
+            self.reuse.close()
         self.manifest.close()
         if self.lease is not None and release:
             self.lease.release()
@@ -113,13 +117,16 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
             manifest, lease = store.own()
             undo.callback(lease.release)
             undo.callback(manifest.close)
+        existed = reembed and store.exists()
         _reset_or_match(store, manifest, model.name, settings, reembed, trusted)
         manifest.set_meta("settings", settings)
         if store.caps.embedded:
             manifest.set_meta(STORE_META, "")  # no trust until this run closes the store cleanly (Collection.close)
         known = manifest.all()
+        reuse = Reuse.open(cfg, model, backend, store, manifest, reembed, existed, fresh=not known)
+        undo.callback(reuse.close)
         collection = Collection(model, backend, settings, store, manifest, known, lease, trusted,
-                                _size_warnings(store, sum(e.chunks for e in known.values())))
+                                _size_warnings(store, sum(e.chunks for e in known.values())), reuse)
         undo.pop_all()
         return collection
 

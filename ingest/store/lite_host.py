@@ -11,6 +11,10 @@ user, named ingest-lite-<pid>-*): only processes of that user (the run, its writ
 Ray engine's writer actors on this machine) can reach it; no TCP port is opened. The directory goes
 when the server stops; one left by a host killed together with its run (SIGKILL to both) is removed
 by the next `LiteServer` of that user, once its pid is gone and its socket answers nobody.
+The directory also holds `store`, the path of the .db it serves: `serving(path)` finds the host of a
+.db that a run or `ingest watch` holds (flocked), for `ingest search`, which then reads through it.
+It trusts only a directory of this user's, mode 0700, whose socket answers: another user can
+neither reach this user's socket nor stand in for it.
 
 NOTE (host protocol):
 - `Store.serve()` starts the host in the run, after `Store.lock()` took the flock, so a second
@@ -47,7 +51,7 @@ from ingest.workers.failure import Failure
 from ingest.workers.spawn import SHIELDED, pid_alive, watch_parent
 
 START_S, STOP_S, LOCK_WAIT_S = 60.0, 10.0, 5.0
-PREFIX, SOCKET = "ingest-lite-", "milvus.sock"
+PREFIX, SOCKET, STORE = "ingest-lite-", "milvus.sock", "store"
 SUN_PATH_MAX = 107                # bytes in a Unix socket's path (Linux; macOS allows 103)
 
 
@@ -73,6 +77,7 @@ class LiteServer:
         try:
             if len(os.fsencode(self.address)) - len("unix:") > SUN_PATH_MAX:
                 raise RuntimeError(f"the socket path {self.address[5:]} is too long; set TMPDIR to a shorter folder")
+            Path(self.directory, STORE).write_text(str(Path(data_dir).resolve()), encoding="utf-8")
             self.server, self.db = _open(data_dir, self.address)
         except BaseException:
             shutil.rmtree(self.directory, ignore_errors=True)
@@ -182,6 +187,21 @@ def _open(data_dir: str, address: str):
         db.close()
         raise
     return server, db
+
+
+def serving(data_dir: Path) -> str | None:
+    """The address of a Milvus Lite server of this user's that serves `data_dir` (NOTE: who can connect), else None."""
+    want = str(Path(data_dir).resolve())
+    for d in Path(tempfile.gettempdir()).glob(f"{PREFIX}*-*"):
+        try:
+            info = d.lstat()
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
+                continue
+            if (d / STORE).read_text(encoding="utf-8") == want and _answers(d / SOCKET):
+                return f"unix:{d}/{SOCKET}"
+        except (OSError, UnicodeDecodeError):
+            continue
+    return None
 
 
 def _sweep() -> None:

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -71,6 +72,7 @@ class Store(StoreBase):
         self._host: LiteHost | None = None
         self._lite: LiteServer | None = None      # Lite in this process's threads (no host)
         self._serve_later = False                 # serve(lazy=True): on first use
+        self._opening = threading.RLock()         # the first use may come from two threads (ingest/reuse.py)
 
     @classmethod
     def at(cls, endpoint: Endpoint) -> Store:
@@ -92,6 +94,10 @@ class Store(StoreBase):
     # -- connection -----------------------------------------------------------------
     @property
     def client(self):
+        with self._opening:
+            return self._connect()
+
+    def _connect(self):
         self._serve_if_due()
         if self._client is None or self._pid != os.getpid():
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -166,8 +172,9 @@ class Store(StoreBase):
         self.address = self._host.address
 
     def _serve_if_due(self) -> None:
-        if self._serve_later and self._pid in (None, os.getpid()):
-            self.serve()
+        with self._opening:
+            if self._serve_later and self._pid in (None, os.getpid()):
+                self.serve()
 
     @property
     def serving(self) -> bool:
@@ -345,10 +352,10 @@ class Store(StoreBase):
     def flush(self) -> None:
         self.call("flush", "flush", self.collection)
 
-    def rows(self, fields: Sequence[str]) -> list[dict[str, Any]]:
-        """`fields` of every row (for checks on small stores)."""
+    def rows(self, fields: Sequence[str], source: str | None = None) -> list[dict[str, Any]]:
         self.call("load the collection", "load_collection", self.collection)
-        it = self.call("read rows", "query_iterator", self.collection, filter='id != ""', output_fields=list(fields),
+        where = 'id != ""' if source is None else f"source == {quote(source)}"
+        it = self.call("read rows", "query_iterator", self.collection, filter=where, output_fields=list(fields),
                        batch_size=1000)
         out: list[dict[str, Any]] = []
         while batch := it.next():

@@ -313,15 +313,14 @@ class PostgresStore(StoreBase):
     def flush(self) -> None:
         """Nothing to do: every write is committed when it returns."""
 
-    def rows(self, fields: Sequence[str]) -> list[dict[str, Any]]:
-        """`fields` of every row (a vector as a list of floats)."""
+    def rows(self, fields: Sequence[str], source: str | None = None) -> list[dict[str, Any]]:
         from psycopg import sql
 
         if unknown := set(fields) - set(COLUMNS):
             raise ValueError(f"no such fields: {sorted(unknown)}")
         with self._sql("read rows") as cur:
-            cur.execute(sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(map(sql.Identifier, fields)),
-                                                             self.table()))
+            cur.execute(sql.SQL("SELECT {} FROM {}" + (" WHERE source = %s" if source is not None else "")).format(
+                sql.SQL(", ").join(map(sql.Identifier, fields)), self.table()), () if source is None else (source,))
             return [{f: v.to_list() if f == "vector" else v for f, v in zip(fields, r)} for r in cur]
 
     def sources_like(self, source: str, limit: int) -> list[str]:

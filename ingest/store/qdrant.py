@@ -330,13 +330,16 @@ class QdrantStore(StoreBase):
     def flush(self) -> None:
         """Nothing to do: every write waits until it is applied (wait=True), and local mode commits each point."""
 
-    def rows(self, fields: Sequence[str]) -> list[dict[str, Any]]:
-        """`fields` of every row ("id": our hex id; "vector": the dense vector), for checks on small stores."""
+    def rows(self, fields: Sequence[str], source: str | None = None) -> list[dict[str, Any]]:
+        """("id": our hex id; "vector": the dense vector)"""
+        from qdrant_client import models as m
+
         payload = [f for f in fields if f in FIELDS]
+        where = None if source is None else m.Filter(must=[m.FieldCondition(key="source", match=m.MatchValue(value=source))])
         out: list[dict[str, Any]] = []
         offset = None
         while True:
-            points, offset = self.call("read rows", "scroll", self.collection, limit=SCROLL, offset=offset,
+            points, offset = self.call("read rows", "scroll", self.collection, limit=SCROLL, offset=offset, scroll_filter=where,
                                        with_payload=payload or False, with_vectors="vector" in fields and [DENSE])
             for p in points:
                 row = {"id": uuid.UUID(str(p.id)).hex, "vector": (p.vector or {}).get(DENSE), **(p.payload or {})}

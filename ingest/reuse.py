@@ -1,0 +1,249 @@
+"""Reuse of embeddings: a chunk whose embedded text was embedded before, with the same settings, takes that
+vector instead of going to the encoder.
+
+NOTE (keys): a chunk's key is a 16-byte BLAKE2b of the token ids the encoder would get (the context
+line, a newline and the chunk, as the chunker made them), keyed by the embedding settings
+(`fingerprint`: model, backend, dtype, max_seq_length). Equal keys are equal encoder inputs under
+equal settings, so their vectors are the same vector.
+
+Where a vector comes from, in order (`Reuse.plan`, one group of a file's chunks at a time):
+1. this run: the vectors of the last MEMO_ROWS distinct keys, and keys an earlier group sent to the
+   encoder and that are still on their way (the group waits for them: groups come back in order);
+2. the store: the rows of the changed file's source (any version still there: the last good copy, or
+   the rows a crashed run wrote) whose search_text and element equal the chunk's. The same source, title,
+   headings, text and element make the same encoder input under the collection's chunking settings, which
+   the collection enforces. Only when the collection's recorded fingerprint (manifest meta "embedding")
+   is this run's: a collection that ever held vectors of other settings (dtype is not refused as a
+   change) reuses nothing from the store until `--reembed`;
+3. the local cache (`ingest.vector_cache`), when on;
+4. else the encoder, once per distinct key (later equal chunks wait for it).
+`--reembed` of an existing collection reuses nothing from the store or the cache; the null backend
+(no model) has no cache. The store is never changed here: the previous version stays whole until the
+new one is committed (ingest/write.py NOTE).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ingest.backends import cache_dir, has_nvidia_gpu
+from ingest.model_ref import ModelRef
+from ingest.store.base import StoreBase, StoreError
+from ingest.store.writers import search_text
+from ingest.vector_cache import VectorCache
+from ingest.workers.encode import Pretokenized
+
+MEMO_ROWS = 32768           # vectors of distinct keys this run keeps for later chunks (~50 MB at dim 384)
+META = "embedding"          # manifest meta: the fingerprint of every vector in the collection ("mixed": not one)
+MIXED = "mixed"
+
+
+def fingerprint(model: ModelRef, backend: str, settings: dict[str, Any]) -> str:
+    """What a vector depends on besides its token ids: model, backend, dtype (as "auto" resolves it) and
+    max_seq_length, as JSON."""
+    dtype = settings["dtype"]
+    if dtype == "auto":
+        devices = [settings["devices"]] if isinstance(settings["devices"], str) else list(settings["devices"])
+        cuda = [str(d).startswith("cuda") or (d == "auto" and has_nvidia_gpu()) for d in devices]
+        dtype = "float32" if backend != "torch" or not any(cuda) else "float16" if all(cuda) else "mixed"
+    return json.dumps({"model": model.name, "backend": backend, "dtype": dtype,
+                       "max_seq_length": model.max_seq_length}, sort_keys=True)
+
+
+def chunk_keys(secret: bytes, tokens: Pretokenized) -> list[bytes]:
+    """Each chunk's key: its token ids hashed under the settings' digest."""
+    ends = np.cumsum(tokens.lengths)
+    data = np.ascontiguousarray(tokens.ids, dtype=np.int32).tobytes()
+    return [hashlib.blake2b(data[4 * (int(ends[i - 1]) if i else 0):4 * int(ends[i])], digest_size=16,
+                            key=secret).digest() for i in range(len(tokens))]
+
+
+@dataclass(eq=False)
+class Plan:
+    """One group of a file's chunks: which take a vector found already, which go to the encoder, which wait
+    for an equal chunk an earlier group (or this one) sends."""
+    part: Any                                   # the encode stage's Part
+    keys: list[bytes]
+    found: dict[int, np.ndarray] = field(default_factory=dict)
+    misses: list[int] = field(default_factory=list)
+    waits: list[int] = field(default_factory=list)
+    tokens: Pretokenized | None = None          # the misses' texts and ids, for the encoder
+    to_cache: list[int] = field(default_factory=list)     # found in the store: worth caching too
+
+    @property
+    def encoded(self) -> int:
+        return len(self.misses)
+
+    @property
+    def reused(self) -> int:
+        return len(self.found) + len(self.waits)
+
+
+class Reuse:
+    """A run's reuse of vectors (NOTE). `plan` and `assemble` may run on two threads (the encode pool reads
+    the groups on its own); groups are assembled in the order they were planned."""
+
+    def __init__(self, fp: str, dim: int, store: StoreBase | None, cache: VectorCache | None):
+        self.fp, self.dim, self.store, self.cache = fp, dim, store, cache
+        self._secret = hashlib.blake2b(fp.encode(), digest_size=32).digest()
+        self._lock = threading.Lock()
+        self._memo: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._inflight: dict[bytes, int] = {}   # key sent to the encoder -> groups waiting for it
+        self._held: dict[bytes, list] = {}      # key come back -> [its vector or None, waiters left]
+        self._previous: dict[str, dict[tuple[str, str], np.ndarray]] = {}   # source -> its rows in the store
+
+    @classmethod
+    def open(cls, cfg: dict[str, Any], model: ModelRef, backend: str, store: StoreBase, manifest: Any,
+             reembed: bool, existed: bool, fresh: bool) -> Reuse:
+        """The run's Reuse; records the collection's fingerprint (META) before any row is written. `existed`:
+        the collection was there before a `--reembed`; `fresh`: it holds no file now."""
+        fp = fingerprint(model, backend, cfg["model"])
+        recorded = manifest.get_meta(META)
+        store_ok = not reembed and not fresh and recorded == fp
+        manifest.set_meta(META, fp if fresh or recorded == fp else MIXED)
+        cache = None
+        c = cfg["cache"]
+        if c["vectors_mb"] > 0 and backend != "null" and model.dim and not (reembed and existed):
+            cache = VectorCache(cache_path(c["path"], store), c["vectors_mb"], model.dim)
+        return cls(fp, model.dim, store if store_ok else None, cache if cache is not None and cache.usable else None)
+
+    def plan(self, part: Any, tokens: Pretokenized) -> Plan:
+        """Where each of the group's vectors comes from (NOTE); the misses' keys are marked as on their way."""
+        keys = chunk_keys(self._secret, tokens) if len(tokens) else []
+        plan = Plan(part, keys)
+        todo: list[int] = []
+        with self._lock:
+            for i, k in enumerate(keys):
+                if k in self._memo:
+                    self._memo.move_to_end(k)
+                    plan.found[i] = self._memo[k]
+                elif k in self._inflight:
+                    plan.waits.append(i)
+                    self._inflight[k] += 1
+                else:
+                    todo.append(i)
+        file = part.file
+        if todo and self.store is not None and file.old_hash:
+            rows = self._rows_of(file.ref.source)
+            for i in list(todo):
+                row = part.chunks[i]
+                if (v := rows.get((search_text(file.ref.source, row), row.element))) is not None:
+                    plan.found[i] = v
+                    plan.to_cache.append(i)
+                    todo.remove(i)
+        if part.last:
+            self._previous.pop(file.ref.source, None)
+        if todo and self.cache is not None:
+            cached = self.cache.get([keys[i] for i in todo])
+            for i in [i for i in todo if keys[i] in cached]:
+                plan.found[i] = cached[keys[i]]
+                todo.remove(i)
+        with self._lock:
+            for i in todo:
+                k = keys[i]
+                if k in self._inflight:          # an equal chunk earlier in this group
+                    plan.waits.append(i)
+                    self._inflight[k] += 1
+                else:
+                    plan.misses.append(i)
+                    self._inflight[k] = 0
+        ends = np.cumsum(tokens.lengths)
+        starts = ends - tokens.lengths
+        plan.tokens = Pretokenized([tokens.texts[i] for i in plan.misses],
+                                   np.concatenate([tokens.ids[starts[i]:ends[i]] for i in plan.misses])
+                                   if plan.misses else np.zeros(0, np.int32),
+                                   tokens.lengths[plan.misses] if plan.misses else np.zeros(0, np.int32))
+        return plan
+
+    def assemble(self, plan: Plan, encoded: np.ndarray | None) -> np.ndarray | None:
+        """The group's vectors in chunk order, from the encoder's rows for its misses (None: dropped by a stop;
+        then None). NaN rows (chunks that could not be encoded) are passed on, never kept."""
+        with self._lock:
+            for j, i in enumerate(plan.misses):
+                k = plan.keys[i]
+                v = None if encoded is None else encoded[j]
+                if waiting := self._inflight.pop(k, 0):
+                    self._held[k] = [v, waiting]
+                if v is not None and np.isfinite(v).all():
+                    self._remember(k, v)
+            waited = {i: self._take(plan.keys[i]) for i in plan.waits}
+            for i, v in plan.found.items():
+                self._remember(plan.keys[i], v)
+        if encoded is None:
+            return None
+        dim = encoded.shape[1] if encoded.ndim == 2 and encoded.shape[1] else next(
+            (len(v) for v in (*plan.found.values(), *waited.values()) if v is not None), self.dim)
+        out = np.full((len(plan.keys), dim), np.nan, dtype=np.float32)
+        if plan.misses:
+            out[plan.misses] = encoded
+        for i, v in (*plan.found.items(), *waited.items()):
+            if v is not None:
+                out[i] = v
+        if self.cache is not None:
+            self.cache.put((plan.keys[i], out[i]) for i in (*plan.misses, *plan.to_cache))
+        return out
+
+    def cancel(self, plan: Plan) -> None:
+        """Forget a plan that will not be encoded (its file stopped before the encoder was up); chunks that
+        waited for its misses get NaN rows (their files fail)."""
+        with self._lock:
+            for i in plan.misses:
+                if waiting := self._inflight.pop(plan.keys[i], 0):
+                    self._held[plan.keys[i]] = [None, waiting]
+            for i in plan.waits:
+                k = plan.keys[i]
+                if k in self._held:
+                    self._take(k)
+                elif k in self._inflight:
+                    self._inflight[k] -= 1
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+
+    # -- internals (under the lock) ------------------------------------------------------
+    def _take(self, k: bytes) -> np.ndarray | None:
+        """A waiter's vector of `k` (None if it never came); the last waiter lets it go."""
+        entry = self._held.get(k)
+        if entry is None:
+            return None
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del self._held[k]
+        return entry[0]
+
+    def _remember(self, k: bytes, v: np.ndarray) -> None:
+        self._memo[k] = v
+        self._memo.move_to_end(k)
+        if len(self._memo) > MEMO_ROWS:
+            self._memo.popitem(last=False)
+
+    def _rows_of(self, source: str) -> dict[tuple[str, str], np.ndarray]:
+        """The rows of `source` in the store by (search_text, element): their vectors. A store that cannot be
+        read gives nothing (the chunks are encoded; a store really gone stops the run at its next write)."""
+        rows = self._previous.get(source)
+        if rows is None:
+            try:
+                found = self.store.rows(["search_text", "element", "vector"], source=source)
+            except StoreError:
+                found = []
+            rows = self._previous[source] = {(r["search_text"], r["element"]): np.asarray(r["vector"], np.float32)
+                                             for r in found}
+        return rows
+
+
+def cache_path(setting: str, store: StoreBase) -> Path:
+    """[cache] path: "auto" is beside an embedded store (<store>.vectors.sqlite), else the user cache
+    (INGEST_CACHE_DIR, else $XDG_CACHE_HOME/ingest) for a server's collections."""
+    if setting != "auto":
+        return Path(setting).expanduser()
+    if store.local_path is not None:
+        return Path(f"{store.local_path}.vectors.sqlite")
+    return cache_dir() / "vectors.sqlite"

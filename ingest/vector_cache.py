@@ -1,0 +1,140 @@
+"""The local embedding cache: vectors by key (a hash of the embedded token ids and the embedding settings,
+`ingest.reuse`), in one SQLite file, bounded in MB, shared by runs and processes.
+
+It serves what the store cannot: a rerun after a crash (new files' vectors), copies of documents in
+another folder or collection, a `--reembed` into a new collection with the same model and settings.
+A key includes the model, backend, dtype and max_seq_length, so one file serves every setting and
+never gives a vector of one to another.
+
+NOTE (safety): SQLite in WAL mode with a busy timeout; every write is one transaction (INSERT OR
+IGNORE: two processes writing the same key write the same vector), so a crash or a concurrent run
+leaves the file whole. A new cache file is this user's only (0600, in a 0700 folder when it makes one).
+The cache is never needed: a locked database skips that write or read (a miss),
+and a damaged or unreadable one is said in one line and left alone for the rest of the run. Eviction
+removes the least recently used rows once the rows pass the bound (checked every EVICT_EVERY rows
+written, and at open).
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+ROW_OVERHEAD = 64           # bytes a row costs besides its vector: key, stamp, b-tree and index entries
+EVICT_EVERY = 4096          # rows written between two checks of the bound
+BUSY_MS = 2000              # how long a write waits for another process's transaction
+
+
+class VectorCache:
+    """Vectors of `dim` float32 by 16-byte key, in the SQLite file `path`, at most `max_mb` MB of rows."""
+
+    def __init__(self, path: Path, max_mb: float, dim: int):
+        self.path, self.dim = path, dim
+        self.max_rows = max(1, int(max_mb * 1e6 // (4 * dim + ROW_OVERHEAD)))
+        self._lock = threading.Lock()           # one connection, used by the encode thread and the pool's feeder
+        self._con: sqlite3.Connection | None = None
+        self._written = 0
+        self._broken = False
+        self._open()
+
+    @property
+    def usable(self) -> bool:
+        return not self._broken
+
+    def get(self, keys: Sequence[bytes]) -> dict[bytes, np.ndarray]:
+        """The cached vectors of `keys` (a subset); their rows marked as used now."""
+        if not keys or self._broken:
+            return {}
+        found: dict[bytes, np.ndarray] = {}
+        with self._lock:
+            try:
+                for start in range(0, len(keys), 500):
+                    part = keys[start:start + 500]
+                    rows = self._con.execute(f"SELECT key, vec FROM vectors WHERE key IN ({','.join('?' * len(part))})",
+                                             part).fetchall()
+                    found.update((k, np.frombuffer(v, dtype=np.float32)) for k, v in rows if len(v) == 4 * self.dim)
+                if found:
+                    with self._con:
+                        self._con.executemany("UPDATE vectors SET used = ? WHERE key = ?",
+                                              [(time.time(), k) for k in found])
+            except sqlite3.OperationalError:        # locked by another process past the busy timeout: a miss
+                pass
+            except sqlite3.DatabaseError as exc:
+                self._give_up(exc)
+        return found
+
+    def put(self, items: Iterable[tuple[bytes, np.ndarray]]) -> None:
+        """Store vectors (finite ones only) by key, in one transaction; evict past the bound."""
+        rows = [(k, np.ascontiguousarray(v, dtype=np.float32).tobytes(), time.time())
+                for k, v in items if v.shape == (self.dim,) and np.isfinite(v).all()]
+        if not rows or self._broken:
+            return
+        with self._lock:
+            try:
+                with self._con:
+                    self._con.executemany("INSERT OR IGNORE INTO vectors (key, vec, used) VALUES (?, ?, ?)", rows)
+                self._written += len(rows)
+                if self._written >= EVICT_EVERY:
+                    self._evict()
+            except sqlite3.OperationalError:
+                pass
+            except sqlite3.DatabaseError as exc:
+                self._give_up(exc)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+            self._broken = True
+
+    def _open(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))    # this user's only (its WAL follows it)
+            self._con = sqlite3.connect(self.path, timeout=BUSY_MS / 1000, check_same_thread=False,
+                                        isolation_level=None)
+            self._con.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
+            self._con.execute("PRAGMA journal_mode = WAL")
+            self._con.execute("PRAGMA synchronous = NORMAL")
+            with self._con:
+                self._con.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vec BLOB NOT NULL, "
+                                  "used REAL NOT NULL) WITHOUT ROWID")
+                self._con.execute("CREATE INDEX IF NOT EXISTS vectors_used ON vectors (used)")
+            self._evict()
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc):                 # another run is creating it: this run goes without
+                self._give_up(exc, quiet=True)
+            else:
+                self._give_up(exc)
+        except (sqlite3.DatabaseError, OSError) as exc:
+            self._give_up(exc)
+
+    def _evict(self) -> None:
+        """Remove the least recently used rows past the bound, down to 90% of it."""
+        self._written = 0
+        (rows,) = self._con.execute("SELECT count(*) FROM vectors").fetchone()
+        if rows > self.max_rows:
+            with self._con:
+                self._con.execute("DELETE FROM vectors WHERE key IN (SELECT key FROM vectors ORDER BY used LIMIT ?)",
+                                  (rows - int(self.max_rows * 0.9),))
+
+    def _give_up(self, exc: BaseException, quiet: bool = False) -> None:
+        """No cache for the rest of this run, said in one line (never fatal: the vectors are encoded)."""
+        if not quiet:
+            what = getattr(exc, "strerror", None) or " ".join(str(exc).split())[:200]
+            print(f"ingest: warning: the embedding cache {self.path} is unusable ({what}); encoding without it "
+                  "(delete the file to start a new one)", file=sys.stderr)
+        self._broken = True
+        if self._con is not None:
+            try:
+                self._con.close()
+            except sqlite3.Error:
+                pass
+            self._con = None

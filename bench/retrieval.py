@@ -8,7 +8,8 @@ for what it turns off, then runs `ingest eval DIR/questions.jsonl --json` in eac
 - structure: the structured loaders (headings, tables, no running headers) or the plain PDF text layer
   (bench/plain_pdf.py, the loader before issue 21);
 - context: [chunking] context_tokens = 48 or 0;
-- modes: dense, bm25, hybrid (search only: no re-ingest);
+- modes: dense, bm25, hybrid (search only: no re-ingest); dense-plain is dense without the document-aware
+  ranking (`--no-doc-rank`, issue 33), so the two rows show what that ranking adds;
 - before: with --before PYTHON (a venv whose `ingest` is the code before issue 21), that code's own
   ingest, searched (dense) by this code's `ingest eval`: an old store stays searchable.
 It prints doc-hit@5, page-hit@5, doc-hit@10, page-hit@10, MRR@10 per variant and mode, and the ingest's
@@ -45,7 +46,7 @@ def main() -> int:
     ap.add_argument("--dev", type=Path, default=ROOT.parent / "shared" / "retrieval-dev")
     ap.add_argument("--work", type=Path, default=Path("/tmp/ingest-retrieval"))
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--modes", default="dense,bm25,hybrid")
+    ap.add_argument("--modes", default="dense,dense-plain,bm25,hybrid")
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--before", help="python of a venv with the code before issue 21: adds the variant 'before'")
     args = ap.parse_args()
@@ -75,7 +76,8 @@ def main() -> int:
             raise SystemExit(f"ingest run ({name}) failed: {proc.stderr.strip()[-500:]}")
         totals = json.loads(report.read_text())["totals"]
         for mode in ["dense"] if name == "before" else args.modes.split(","):
-            out = subprocess.run([*ingest, "eval", str(questions), "--store", str(store), "--mode", mode, "--json"],
+            how = ["--mode", "dense", "--no-doc-rank"] if mode == "dense-plain" else ["--mode", mode]
+            out = subprocess.run([*ingest, "eval", str(questions), "--store", str(store), *how, "--json"],
                                  env=env, capture_output=True, text=True, cwd=args.work)
             if out.returncode:
                 raise SystemExit(f"ingest eval ({name}, {mode}) failed: {out.stderr.strip()[-500:]}")

@@ -55,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--json", action="store_true", help="print a JSON list of hits")
     search.add_argument("--mode", choices=SEARCH_MODES,
                         help="dense (embeddings; the default), bm25 (words) or hybrid (both, rank-fused)")
+    search.add_argument("--no-doc-rank", dest="doc_rank", action="store_false",
+                        help="dense hits in plain similarity order, not ranked towards the documents a query names")
     status = sub.add_parser("status", parents=[common], help="what the store holds and how its last run went")
     status.add_argument("--json", action="store_true", help="print one JSON object")
     watch = sub.add_parser("watch", parents=[common, engine], help="keep the store in sync with a folder")
@@ -68,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("-k", type=int, default=10, help="also report hit@k (always @5 and @10; default 10)")
     ev.add_argument("--mode", choices=SEARCH_MODES, help="search mode (default: as ingest search)")
     ev.add_argument("--json", action="store_true", help="print one JSON object: metrics and per-question results")
+    ev.add_argument("--no-doc-rank", dest="doc_rank", action="store_false",
+                    help="dense hits in plain similarity order, not ranked towards the documents a query names")
+    ev.add_argument("--compare", type=Path, metavar="OTHER.json",
+                    help="also show each metric's and each question's rank change since an earlier --json output")
     return p
 
 
@@ -181,7 +187,7 @@ def _search(args: argparse.Namespace) -> int:
         mode, note = searcher.mode(args.mode or DEFAULT_MODE)
         if note:
             print(note, file=sys.stderr)
-        hits = searcher.search([args.query], args.k, mode)[0]
+        hits = searcher.search([args.query], args.k, mode, args.doc_rank)[0]
     if args.json:
         print(json.dumps(hits, ensure_ascii=False, indent=1))
         return 0
@@ -211,17 +217,21 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from ingest.evaluate import evaluate, report
+    from ingest.evaluate import compare, compare_report, evaluate, report
     from ingest.search import DEFAULT_MODE
 
     cfg = _config(args)
     if args.k < 1:
         raise _UserError(f"-k must be at least 1, got {args.k}")
     result, note = evaluate(cfg["store"]["uri"], cfg["store"]["collection"], args.questions, args.mode or DEFAULT_MODE,
-                            args.k, model=args.model)
+                            args.k, model=args.model, doc_rank=args.doc_rank)
+    change = compare(result, args.compare) if args.compare else None
     if note:
         print(note, file=sys.stderr)
-    print(json.dumps(result, ensure_ascii=False, indent=1) if args.json else report(result))
+    if args.json:
+        print(json.dumps({**result, **({"compare": change} if change else {})}, ensure_ascii=False, indent=1))
+    else:
+        print(report(result) + (f"\n{compare_report(change)}" if change else ""))
     return 0
 
 

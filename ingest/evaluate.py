@@ -7,6 +7,10 @@ of the pages), MRR@10 (reciprocal rank of the first page hit, 0 past 10), for k 
 Page metrics and MRR count only the questions that name pages. The questions are embedded together
 (one model load), then searched one by one. A source no chunk of the collection comes from (a typo, a file
 not ingested) still scores its questions as misses, and is named in a warning and in `missing_sources`.
+
+`--compare OTHER.json` (an earlier `ingest eval --json`) adds each metric's change and, per question (matched
+by question and source), its rank there and here: the rank of its first page hit, or of its first doc hit
+for a question without pages, a miss past the hits searched. Wins moved up, losses moved down.
 """
 from __future__ import annotations
 
@@ -92,7 +96,7 @@ def is_miss(r: dict[str, Any]) -> bool:
 
 
 def evaluate(uri: str, collection: str, path: Path, mode: str, k: int = 10,
-             model: str | None = None) -> tuple[dict[str, Any], str]:
+             model: str | None = None, doc_rank: bool = True) -> tuple[dict[str, Any], str]:
     """(score() of the collection's answers to the questions in `path`, with `missing_sources`: the
     questions' sources no chunk of the collection comes from; the lines to say on stderr: the search's note,
     a warning naming those sources, or ""); metrics at 5, 10 and k."""
@@ -100,7 +104,7 @@ def evaluate(uri: str, collection: str, path: Path, mode: str, k: int = 10,
     cutoffs = sorted({*CUTOFFS, k})
     with Searcher(uri, collection, model) as s:
         used, note = s.mode(mode)
-        hits = s.search([q.question for q in questions], max(cutoffs), used)
+        hits = s.search([q.question for q in questions], max(cutoffs), used, doc_rank)
         result = score(questions, hits, cutoffs)
         missing = s.missing(r["source"] for r in result["results"] if r["doc_rank"] is None)
     warning = ""
@@ -127,4 +131,52 @@ def report(result: dict[str, Any], shown: int = MISS_AT) -> str:
         got = ", ".join(f"{h['source']} p.{h['page'] or '-'}" for h in r["hits"][:shown]) or "no hits"
         lines += [f"- {question[:160]}{'...' if len(question) > 160 else ''}",
                   f"    expected {r['source']}{pages}", f"    got      {got}"]
+    return "\n".join(lines)
+
+
+def compare(result: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The changes from the earlier result in `path` (its `ingest eval --json`) to `result`: each metric's
+    (then, now), and the questions whose rank changed (`wins`: moved up, `losses`: moved down, each with
+    question, source, then, now: None for a miss), `new` and `gone` (questions in only one of the two)."""
+    try:
+        other = json.loads(path.read_text(encoding="utf-8"))
+        then = {_key(r): _rank(r) for r in other["results"]}
+        metrics = other["metrics"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise EvalError(f"cannot compare with {path}: {exc}; pass the output of an earlier `ingest eval --json`") from None
+    now = {_key(r): _rank(r) for r in result["results"]}
+    moved = [{"question": q, "source": src, "then": then[(q, src)], "now": rank}
+             for (q, src), rank in now.items() if (q, src) in then and rank != then[(q, src)]]
+    better = lambda m: (m["now"] or MISSED) < (m["then"] or MISSED)  # noqa: E731
+    return {"against": str(path), "mode": other.get("mode"),
+            "metrics": {name: [metrics.get(name), value] for name, value in result["metrics"].items()},
+            "wins": [m for m in moved if better(m)], "losses": [m for m in moved if not better(m)],
+            "new": sorted(q for q, _ in now.keys() - then.keys()), "gone": sorted(q for q, _ in then.keys() - now.keys())}
+
+
+MISSED = 10 ** 9          # a miss ranks below every hit
+
+
+def _key(r: dict[str, Any]) -> tuple[str, str]:
+    return r["question"], r["source"]
+
+
+def _rank(r: dict[str, Any]) -> int | None:
+    return r["page_rank"] if r["pages"] else r["doc_rank"]
+
+
+def compare_report(change: dict[str, Any]) -> str:
+    """The plain-text lines of `compare`: metrics then -> now, then each win and loss with its ranks."""
+    lines = [f"compared with {change['against']} (mode {change['mode']}):"]
+    for name, (then, now) in change["metrics"].items():
+        show = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+        delta = f" ({now - then:+.3f})" if then is not None and now is not None else ""
+        lines.append(f"{name:<12} {show(then)} -> {show(now)}{delta}")
+    rank = lambda v: "miss" if v is None else str(v)  # noqa: E731
+    for title, moved in (("wins", change["wins"]), ("losses", change["losses"])):
+        lines.append(f"{title}: {len(moved)}")
+        lines += [f"  {rank(m['then']):>4} -> {rank(m['now']):<4} {' '.join(m['question'].split())[:140]}" for m in moved]
+    for title in ("new", "gone"):
+        if change[title]:
+            lines.append(f"{title} (in only one of the two): {len(change[title])}")
     return "\n".join(lines)

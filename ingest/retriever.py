@@ -5,11 +5,13 @@
     docs = IngestRetriever(store="./ingest.db", k=5).invoke("what did revenue do in 2019?")
 
 Each call opens the store for the search only (a Milvus Lite file then stays free for `ingest run`);
-the query model is loaded once and kept.
+the query model is loaded once per process and shared by every retriever of the same model and backend.
+`k` and `mode` given at call time (`invoke(query, k=1)`) override the retriever's own for that call.
 """
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -30,18 +32,29 @@ class IngestRetriever(BaseRetriever):
     k: int = 4
     mode: str = DEFAULT_MODE
     model: str | None = None
-    _encoder: QueryEncoder | None = PrivateAttr(default=None)
     _noted: bool = PrivateAttr(default=False)
 
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        with Searcher(self.store, self.collection, self.model, self._encoder) as searcher:
-            self._encoder = searcher.encoder
-            mode, note = searcher.mode(self.mode)
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
+                                k: int | None = None, mode: str | None = None) -> list[Document]:
+        with Searcher(self.store, self.collection, self.model) as searcher:
+            searcher.encoder = _shared(searcher.encoder)
+            used, note = searcher.mode(mode or self.mode)
             if note and not self._noted:
                 print(note, file=sys.stderr)
                 self._noted = True
-            hits = searcher.search([query], self.k, mode)[0]
+            hits = searcher.search([query], self.k if k is None else k, used)[0]
         return [Document(page_content=h["text"], metadata=_metadata(h)) for h in hits]
+
+
+_ENCODERS: dict[tuple[str, str], QueryEncoder] = {}
+_ENCODERS_LOCK = threading.Lock()
+
+
+def _shared(encoder: QueryEncoder) -> QueryEncoder:
+    """The process's one encoder of `encoder`'s model and backend (its model loads on first use)."""
+    key = (str(getattr(encoder.model, "path", encoder.model)), encoder.backend)
+    with _ENCODERS_LOCK:
+        return _ENCODERS.setdefault(key, encoder)
 
 
 def _metadata(hit: dict[str, Any]) -> dict[str, Any]:

@@ -16,9 +16,12 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ingest.backends import BackendError, model_file
+from ingest.doc_rank import CANDIDATES, rerank
 from ingest.model_ref import ModelRef, resolve_model
 from ingest.store import MODES, StoreError, local_path, open_store
-from ingest.store.base import SCHEMA_VERSION
+from ingest.store.base import SCHEMA_VERSION, Endpoint
+from ingest.store.lite_host import serving
+from ingest.store.uri import kind, store_at
 from ingest.store.lite_folder import foreign_folder
 
 DEFAULT_MODE = "dense"      # measured best on the retrieval dev set (docs/retrieval.md)
@@ -75,7 +78,7 @@ class Searcher:
             raise StoreError(foreign)
         self.store = open_store(uri, collection)
         try:
-            self.store.lock()
+            self._lock_or_share(uri, collection)
             recorded = self.store.recorded()
             if recorded is None and self.store.exists():
                 raise StoreError(f"collection {collection!r} in {uri} was not made by ingest; choose another --collection")
@@ -89,6 +92,18 @@ class Searcher:
         except BaseException:
             self.store.close()
             raise
+
+    def _lock_or_share(self, uri: str, collection: str) -> None:
+        """Own an embedded store for this search; a Milvus Lite store that a run or `ingest watch` holds is
+        read through its Lite host instead (ingest/store/lite_host.py NOTE), else its StoreError stands."""
+        try:
+            self.store.lock()
+        except StoreError:
+            address = serving(local_path(uri)) if kind(uri) == "milvus-lite" else None
+            if address is None:
+                raise
+            self.store.close()
+            self.store = store_at(Endpoint(self.store.uri, address, collection, self.store.timeout_s))
 
     def mode(self, asked: str) -> tuple[str, str]:
         """(the mode this collection can answer `asked` with, a one-line note when it differs, else "")."""
@@ -108,13 +123,17 @@ class Searcher:
                              "collection has BM25, or rerun with --reembed and a real backend")
         return mode, note
 
-    def search(self, queries: Sequence[str], k: int, mode: str) -> list[list[dict[str, Any]]]:
+    def search(self, queries: Sequence[str], k: int, mode: str, doc_rank: bool = True) -> list[list[dict[str, Any]]]:
         """The k best hits of each query, in `mode` (one the collection answers: see `mode`); the
-        queries are embedded together, in batches."""
+        queries are embedded together, in batches. Dense hits are ranked towards the documents a query
+        names (ingest/doc_rank.py) unless `doc_rank` is False."""
         if self.empty:
             return [[] for _ in queries]
         vectors = self.encoder.embed(queries) if mode != "bm25" else [None] * len(queries)
-        return [self.store.search(None if v is None else v.tolist(), k, mode, q) for q, v in zip(queries, vectors)]
+        if mode != "dense" or not doc_rank:
+            return [self.store.search(None if v is None else v.tolist(), k, mode, q) for q, v in zip(queries, vectors)]
+        wide = max(k, CANDIDATES)
+        return [rerank(q, self.store.search(v.tolist(), wide, mode, q), k) for q, v in zip(queries, vectors)]
 
     def missing(self, sources: Iterable[str]) -> list[str]:
         """Those of `sources` no chunk of the collection comes from (`same_doc`), one query each. The store may
@@ -136,11 +155,11 @@ class Searcher:
 
 
 def search(uri: str, collection: str, query: str, k: int, model: str | None = None,
-           mode: str = DEFAULT_MODE) -> list[dict[str, Any]]:
+           mode: str = DEFAULT_MODE, doc_rank: bool = True) -> list[dict[str, Any]]:
     """The k best chunks for `query` (see `Store.search` for a hit's fields); a mode the collection
     cannot answer falls back to dense silently (use `Searcher.mode` for the note)."""
     with Searcher(uri, collection, model) as s:
-        return s.search([query], k, s.mode(mode)[0])[0]
+        return s.search([query], k, s.mode(mode)[0], doc_rank)[0]
 
 
 def same_doc(hit_source: str, source: str) -> bool:

@@ -5,7 +5,10 @@ NOTE (sections): a file's pages are read in order and one `Outline` follows them
 page 3 still heads the text of page 7. Text blocks under the same heading path on one page join
 (with blank lines) into one text section, so chunks never straddle two sections; a heading only
 moves the path (its text reaches the chunk through the context line, not the chunk's text); each
-table is a section of its own. A page without blocks is one text section under the current path.
+table is a section of its own, under the current path and the statement title found in its first rows
+or its caption ("Consolidated Statements of Cash Flows"); a table that follows it with no heading or text
+between (continued on the next page) keeps that title. A page without blocks is one text section under the
+current path.
 OCR pages and the ranges of big files are chunked in other tasks: they carry the path in effect where
 they start. Every chunk's embedded text is its context line (`context_line`: file name > title >
 headings, cut to the spec's context tokens) and its text; the store keeps the clean text and the
@@ -54,13 +57,16 @@ class Doc:
 
 
 class Outline:
-    """The heading path as a document is read: a heading replaces those of its level and below."""
+    """The heading path as a document is read: a heading replaces those of its level and below. It also
+    remembers the statement title of the last table (`table_title`) until a heading or text comes."""
 
     def __init__(self, path: tuple[str, ...] = ()):
         self._stack: list[tuple[int, str]] = [(i + 1, h) for i, h in enumerate(path)]
+        self.table_title = ""
 
     def push(self, level: int, text: str) -> None:
         text = " ".join(text.split())[:HEADING_CHARS]
+        self.table_title = ""
         if not text:
             return
         level = max(1, min(level, MAX_DEPTH))
@@ -96,10 +102,19 @@ def page_sections(page: Page, outline: Outline) -> list[Section]:
             close_text()
             outline.push(block.level or 1, block.text)
         elif block.kind == "table":
+            caption = texts[-1] if len(texts) == 1 and len(texts[0]) <= CAPTION_CHARS else ""
+            if texts:                       # text between: not a continued table (a caption may name its own)
+                outline.table_title = ""
             close_text()
             if block.text.strip():
                 box = ((0, len(block.text), block.bbox),) if block.bbox else ()
-                out.append(Section(page.number, len(out), block.text, outline.path, "table", block.header, box))
+                title = statement_title(caption, block.header, block.text) or outline.table_title
+                outline.table_title = title
+                headings = outline.path + ((title,) if title and title.lower() not in map(str.lower, outline.path)
+                                           else ())
+                if caption:                 # under the same headings, so that it joins the table
+                    out[-1] = replace(out[-1], headings=headings)
+                out.append(Section(page.number, len(out), block.text, headings, "table", block.header, box))
         elif block.text.strip():
             start = size + (2 if texts else 0)
             texts.append(block.text)
@@ -114,6 +129,26 @@ def page_sections(page: Page, outline: Outline) -> list[Section]:
             box = union_box([b.bbox for b in heads if b.bbox])
             return [Section(page.number, 0, text, before, boxes=((0, len(text), box),) if box else ())]
     return _attach_captions(out)
+
+
+# A financial statement's title ("Consolidated Statements of Cash Flows", "CONSOLIDATED BALANCE SHEETS"),
+# often set as a table's first rows (or a bold line just above it) rather than as a heading.
+_STATEMENT = re.compile(r"(?:(?:consolidated|combined|condensed)\s+(?:and\s+\w+\s+)?)?(?:statements?\s+of\s+"
+                        r"[a-z][a-z ,'’]*[a-z]|balance\s+sheets?)", re.I)
+TITLE_ROWS_CHARS = 400              # the start of a table searched for its statement title
+TITLE_CELL_CHARS = 120              # a longer cell is text, not a title
+
+
+def statement_title(*parts: str) -> str:
+    """The first statement title in a cell (or line) of `parts`' starts (a caption, a table's header rows,
+    its text), as written but for spacing; "" if none."""
+    for part in parts:
+        for cell in re.split(r"[|\n]", part[:TITLE_ROWS_CHARS]):
+            cell = " ".join(cell.split())
+            found = _STATEMENT.search(cell) if len(cell) <= TITLE_CELL_CHARS and not cell.endswith(".") else None
+            if found and found.group(0)[0].isupper():           # a title, not a sentence's "these statements of"
+                return found.group(0)[:HEADING_CHARS]
+    return ""
 
 
 def union_box(boxes: list[Box]) -> Box | None:
@@ -198,7 +233,6 @@ def _cut(text: str, limit: int) -> str:
 JUNK_SHARE = 0.5                    # a chunk is junk when encoded runs make up more than this share of it,
 LANGUAGE_CHARS = 100                # and what is left of it is less than this (a sentence or a table row)
 LONG_RUN = 40                       # a run of non-spaces this long is looked into
-_LONG = re.compile(r"\S{%d,}" % LONG_RUN)
 _CODE_RUN = re.compile(r"[A-Za-z0-9+/=_-]{32,}")             # a stretch of the base64(url) alphabet
 _NO_UPPER = str.maketrans("", "", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _NO_LOWER = str.maketrans("", "", "abcdefghijklmnopqrstuvwxyz")
@@ -207,7 +241,8 @@ _NO_HEX = str.maketrans("", "", "0123456789abcdefABCDEF")
 _UPPER_PAIR = re.compile(r"[A-Z](?=[A-Z])")                 # capitals side by side: none in "SunMonTue"
 _LOWER_WORD = re.compile(r"[a-z]{4,}")                      # most small letters of words ("XMLHttpRequest")
 _SAME_CASE_WORD = re.compile(r"[a-z]{4,}|[A-Z]{4,}")
-_HEX_WORD = re.compile(r"(?<!\S)(?:0x)?(?:[0-9a-fA-F]{2}){1,8}[,:]?(?!\S)")   # a dump's word: 1 to 8 bytes
+# a dump's word, 1 to 8 bytes, after a space (searched in " " + chunk: faster than a lookbehind)
+_HEX_WORD = re.compile(r"\s((?:0x)?(?:[0-9a-fA-F]{2}){1,8}[,:]?)(?=\s|\Z)")
 _HEX_LETTER = re.compile(r"[a-fA-F]")
 _HEX_INNER = re.compile(r"[0-9a-fA-F][a-fA-F]")             # a letter not leading: "4f", "ff"; none in "a11 b12"
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x7f-\x84\x86-\x9f]")   # Cc but spaces and ESC (colored logs)
@@ -254,7 +289,7 @@ def is_junk(chunk: str) -> bool:
     visible = sum(map(len, words))
     if visible < 16:
         return False
-    encoded = _encoded(_LONG.findall(chunk))
+    encoded = _encoded([w for w in words if len(w) >= LONG_RUN]) if max(map(len, words)) >= LONG_RUN else 0
     if encoded > JUNK_SHARE * visible and visible - encoded < LANGUAGE_CHARS:
         return True
     controls = _CONTROL.findall(chunk)           # random bytes hold ~9% of them, of ~23 kinds alike, in any
@@ -267,7 +302,7 @@ def is_junk(chunk: str) -> bool:
     if unreadable > 0.03 * visible:
         return True
     if len(words) >= 16:
-        hex_words = _HEX_WORD.findall(chunk)      # the words that are hex, in one pass over the chunk
+        hex_words = _HEX_WORD.findall(" " + chunk)      # the words that are hex, in one pass over the chunk
         if len(hex_words) <= 0.6 * len(words):
             return False
         lettered = [w for w in hex_words if w.startswith("0x") or _HEX_LETTER.search(w)]

@@ -38,11 +38,16 @@ def test_metrics_on_known_rankings() -> None:
     assert [(r["doc_rank"], r["page_rank"]) for r in result["results"]] == [(1, 1), (7, 8), (2, None), (None, None)]
 
 
-def test_eval_command(work: Path, vectors: np.ndarray) -> None:  # noqa: F811
+def _built(work: Path, vectors: np.ndarray) -> tuple[Path, tuple[str, str]]:
+    """(the questions file, the --store arguments) of the tiny store of test_search_modes (blank lines end it)."""
     build(str(work / "store.db"), "documents", vectors)
     questions = work / "questions.jsonl"
     questions.write_text("\n".join(map(json.dumps, QUESTIONS)) + "\n\n")
-    store = ("--store", str(work / "store.db"))
+    return questions, ("--store", str(work / "store.db"))
+
+
+def test_eval_command(work: Path, vectors: np.ndarray) -> None:  # noqa: F811
+    questions, store = _built(work, vectors)
 
     res = ingest("eval", str(questions), "--mode", "bm25", "--json", *store, cwd=work)
     assert res.rc == 0, res.stderr
@@ -79,3 +84,36 @@ def test_bad_questions_file(work: Path) -> None:
     res = ingest("eval", str(bad), "--store", str(work / "store.db"), cwd=work)
     assert res.rc == 2 and res.stderr.count("\n") == 1
     assert "questions.jsonl, line 2: missing 'source'" in res.stderr
+
+
+def test_compare_shows_metric_and_rank_changes(work: Path, vectors: np.ndarray) -> None:  # noqa: F811
+    """Issue 33, item 4: `--compare OTHER.json` shows each metric then -> now and each question that moved."""
+    questions, store = _built(work, vectors)
+    bm25 = ingest("eval", str(questions), "--mode", "bm25", "--json", *store, cwd=work)
+    assert bm25.rc == 0, bm25.stderr
+    earlier = json.loads(bm25.stdout)
+    earlier["results"][0]["page_rank"] = 4                 # as if the first question had ranked 4th then
+    earlier["results"][1]["page_rank"] = None              # and the second had missed
+    earlier["results"][2]["doc_rank"] = 1                  # unchanged (it names pages: page_rank counts)
+    earlier["metrics"]["MRR@10"] = 0.25
+    earlier["results"].append({"question": "an old one", "source": "x.pdf", "pages": [], "doc_rank": 1, "page_rank": None})
+    (work / "before.json").write_text(json.dumps(earlier))
+
+    res = ingest("eval", str(questions), "--mode", "bm25", "--json", "--compare", "before.json", *store, cwd=work)
+    assert res.rc == 0, res.stderr
+    change = json.loads(res.stdout)["compare"]
+    assert change["metrics"]["MRR@10"] == [0.25, pytest.approx(2 / 3)]
+    assert [(m["source"], m["then"], m["now"]) for m in change["wins"]] == [("catalog.pdf", 4, 1),
+                                                                            ("docs/catalog.pdf", None, 1)]
+    assert change["losses"] == [] and change["gone"] == ["an old one"] and change["new"] == []
+
+    plain = ingest("eval", str(questions), "--mode", "bm25", "--compare", "before.json", *store, cwd=work)
+    lines = plain.stdout.splitlines()
+    start = lines.index("compared with before.json (mode bm25):")
+    assert "MRR@10       0.250 -> 0.667 (+0.417)" in lines[start:]
+    assert lines[lines.index("wins: 2") + 1].split()[:3] == ["4", "->", "1"]
+    assert lines[lines.index("wins: 2") + 2].split()[:3] == ["miss", "->", "1"]
+    assert "losses: 0" in lines and "gone (in only one of the two): 1" in lines
+
+    bad = ingest("eval", str(questions), "--compare", "questions.jsonl", *store, cwd=work)
+    assert bad.rc == 2 and bad.stderr.count("\n") == 1 and "cannot compare with questions.jsonl" in bad.stderr

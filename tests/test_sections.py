@@ -145,3 +145,25 @@ def test_a_page_of_headings_alone_keeps_them_as_its_text() -> None:
     assert (section.text, section.headings, section.boxes) == ("FORM 10-K\nAcme Corp", ("Deck",),
                                                               ((0, 19, (10, 10, 120, 60)),))
     assert outline.path == ("FORM 10-K", "Acme Corp")                 # the headings still head what follows
+
+
+def test_a_statement_title_in_a_table_reaches_its_chunks_and_its_continuation() -> None:
+    """Issue 33, item 2: "Consolidated Statements of Cash Flows" set as a table's first rows (not a heading)
+    joins the table's heading path, so its context line; the same table continued on the next page keeps it;
+    a heading or text in between ends it; a sentence naming "these statements of operations" is no title."""
+    outline = Outline()
+    one = Page(1, "", blocks=(Block("heading", "Critical Audit Matters", 2),
+                              Block("table", "| The Acme Company | | Consolidated Statements of Cash Flows |\n"
+                                             "| Net income | 10 | 12 |", header="| | 2023 | 2022 |"),))
+    two = Page(2, "", blocks=(Block("table", "| Capital expenditures | (5) | (4) |", header="| | 2023 | 2022 |"),
+                              Block("text", "The accompanying notes are an integral part of these statements of "
+                                            "operations and of these statements of income."),
+                              Block("table", "| Other | 1 | 2 |")))
+    three = Page(3, "", blocks=(Block("text", "CONSOLIDATED BALANCE SHEETS"), Block("table", "| Cash | 3 | 4 |"),
+                                Block("heading", "Notes", 2), Block("table", "| Leases | 5 | 6 |")))
+    first, second, third = (page_sections(p, outline) for p in (one, two, three))
+    title = ("Critical Audit Matters", "Consolidated Statements of Cash Flows")
+    assert [s.headings for s in first] == [title]
+    assert [s.headings for s in second] == [title, ("Critical Audit Matters",)]      # the text: the 2nd's caption
+    assert [s.headings for s in third] == [("Critical Audit Matters", "CONSOLIDATED BALANCE SHEETS"), ("Notes",)]
+    assert Doc("acme-10k.pdf", "Acme").context(first[0].headings).endswith("> Consolidated Statements of Cash Flows")

@@ -106,7 +106,7 @@ class Reuse:
         the collection was there before a `--reembed`; `fresh`: it holds no file now."""
         fp = fingerprint(model, backend, cfg["model"])
         recorded = manifest.get_meta(META)
-        store_ok = not reembed and not fresh and recorded == fp
+        store_ok = not reembed and (fresh or recorded == fp)     # fresh: every row it gets is of this fingerprint
         manifest.set_meta(META, fp if fresh or recorded == fp else MIXED)
         cache = None
         c = cfg["cache"]
@@ -132,19 +132,20 @@ class Reuse:
         file = part.file
         if todo and self.store is not None and file.old_hash:
             rows = self._rows_of(file.ref.source)
-            for i in list(todo):
+            for i in todo:
                 row = part.chunks[i]
                 if (v := rows.get((search_text(file.ref.source, row), row.element))) is not None:
                     plan.found[i] = v
                     plan.to_cache.append(i)
-                    todo.remove(i)
+            todo = [i for i in todo if i not in plan.found]
         if part.last:
             self._previous.pop(file.ref.source, None)
         if todo and self.cache is not None:
             cached = self.cache.get([keys[i] for i in todo])
-            for i in [i for i in todo if keys[i] in cached]:
-                plan.found[i] = cached[keys[i]]
-                todo.remove(i)
+            for i in todo:
+                if keys[i] in cached:
+                    plan.found[i] = cached[keys[i]]
+            todo = [i for i in todo if i not in plan.found]
         with self._lock:
             for i in todo:
                 k = keys[i]

@@ -331,7 +331,7 @@ class QdrantStore(StoreBase):
         """Nothing to do: every write waits until it is applied (wait=True), and local mode commits each point."""
 
     def rows(self, fields: Sequence[str], source: str | None = None) -> list[dict[str, Any]]:
-        """("id": our hex id; "vector": the dense vector)"""
+        """`fields` of every row, or of `source`'s ("id": our hex id; "vector": the dense vector)."""
         from qdrant_client import models as m
 
         payload = [f for f in fields if f in FIELDS]

@@ -36,6 +36,7 @@ import numpy as np
 from ingest.backends import cache_dir, has_nvidia_gpu
 from ingest.model_ref import ModelRef
 from ingest.store.base import StoreBase, StoreError
+from ingest.store.uri import kind
 from ingest.store.writers import search_text
 from ingest.vector_cache import VectorCache
 from ingest.workers.encode import Pretokenized
@@ -110,7 +111,8 @@ class Reuse:
         manifest.set_meta(META, fp if fresh or recorded == fp else MIXED)
         cache = None
         c = cfg["cache"]
-        if c["vectors_mb"] > 0 and backend != "null" and model.dim and not (reembed and existed):
+        measuring = backend == "null" or kind(store.uri) == "null"      # the null store: every run encodes all
+        if c["vectors_mb"] > 0 and not measuring and model.dim and not (reembed and existed):
             cache = VectorCache(cache_path(c["path"], store), c["vectors_mb"], model.dim)
         return cls(fp, model.dim, store if store_ok else None, cache if cache is not None and cache.usable else None)
 

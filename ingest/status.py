@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ingest.files import Finished
-from ingest.store import StoreError, is_local, local_path, open_store
+from ingest.store import StoreError, is_local, kind, local_path, open_store, redact
+from ingest.store.null import keeps_nothing
 from ingest.store.collection import STORE_META, Collection
 from ingest.store.lite_folder import foreign_folder
 from ingest.store.manifest import Summary, manifest_path, read_summary, unreadable
@@ -63,6 +64,8 @@ def status(cfg: dict[str, Any], *, as_json: bool) -> int:
     """Print what the configured collection holds and its last run (text, or one JSON object); 0. A store
     or collection that does not exist is a StoreError (one line), and nothing is created."""
     uri, collection = cfg["store"]["uri"], cfg["store"]["collection"]
+    if kind(uri) == "null":
+        raise StoreError(keeps_nothing(redact(uri), "no status to show (each run's report has its figures)"))
     info = _embedded(uri, collection) if is_local(uri) else _server(uri, collection, cfg["store"]["timeout_s"])
     print(json.dumps(info, ensure_ascii=False, indent=1) if as_json else text(info))
     return 0

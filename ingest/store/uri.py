@@ -5,6 +5,7 @@
     postgresql://user:pass@host/db      PostgreSQL + pgvector (libpq URIs: ?host=/socket/dir, PG* variables)
     qdrant://host:6333, qdrants://...   a Qdrant server (qdrants: TLS)
     qdrant:///absolute/dir              Qdrant's local mode (a folder)
+    null://                             the null store: takes rows and discards them (measuring a machine)
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ingest.store.base import Endpoint, StoreBase
 
-KINDS = ("milvus-lite", "milvus", "postgresql", "qdrant", "qdrant-local")
+KINDS = ("milvus-lite", "milvus", "postgresql", "qdrant", "qdrant-local", "null")
 
 
 def kind(uri: str) -> str:
@@ -27,6 +28,8 @@ def kind(uri: str) -> str:
         return "postgresql"
     if scheme in ("qdrant", "qdrants"):
         return "qdrant-local" if scheme == "qdrant" and rest.startswith("/") else "qdrant"
+    if scheme == "null":
+        return "null"
     return "milvus"
 
 
@@ -48,6 +51,9 @@ def is_local(uri: str) -> bool:
 def store_class(uri: str) -> type[StoreBase]:
     """The class of the store `uri` names; StoreError (one line) if its client package is not installed."""
     k = kind(uri)
+    if k == "null":
+        from ingest.store.null import NullStore
+        return NullStore
     try:
         if k == "postgresql":
             from ingest.store.postgres import PostgresStore

@@ -125,6 +125,8 @@ def _summary(t: dict[str, Any]) -> str:
     if t.get("not_started"):
         notes.append(f"<p>{t['not_started']:,} files found were not started.</p>")
     notes += [f'<p class="err">warning: {escape(str(w))}</p>' for w in t.get("warnings") or ()]
+    if bound := t.get("store_bound"):          # the store held the run back
+        notes.append(f'<p class="err" id="store-bound">{escape(str(bound["line"]))}</p>')
     return (f'<section id="summary"><h1>ingest run report</h1><p class="meta">{meta}</p>'
             f'<p>{_chips(t.get("by_status", {}))}</p><div class="cards">{rows}</div>{"".join(notes)}</section>')
 

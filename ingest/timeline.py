@@ -147,3 +147,43 @@ def shares(seconds: float, weights: list[int]) -> list[float]:
     """`seconds` split by `weights` (evenly if they are all 0)."""
     total = sum(weights)
     return [seconds * w / total if total else seconds / len(weights) for w in weights]
+
+
+# -- the store as the run's bottleneck (the report's totals["store_bound"], the run's last line) --------------
+STORE_BUSY = 0.75          # the writers busy at least this share of the run after its first row ...
+ENCODER_IDLE = 0.5         # ... while the encode workers were busy at most this share, and no stage more than them
+BOUND_MIN_S = 2.0          # shorter windows, or fewer rows, measure nothing
+BOUND_MIN_ROWS = 1000
+FASTER = {"milvus-lite": "a server store (a Milvus server, PostgreSQL) or LanceDB (lancedb://) takes more",
+          "qdrant-local": "a Qdrant server, PostgreSQL or LanceDB (lancedb://) takes more"}
+
+
+def store_bound(totals: Mapping[str, Any], store: str, store_kind: str) -> dict[str, Any] | None:
+    """Whether the store held the run back, from a run's report `totals` (its timeline, chunks and the writers'
+    rows/s): the writers busy >= STORE_BUSY of the time from their first batch to the end, the encoders
+    <= ENCODER_IDLE, and no stage busier, over at least BOUND_MIN_S and BOUND_MIN_ROWS. Then the shares, the
+    store's rows/s (`store`: its name) and what to use instead (by `store_kind`, a `uri.kind`), with the
+    run's last line; else None."""
+    tl = totals.get("timeline") or {}
+    rate = (totals.get("chunks_per_s") or {}).get("write")
+    if not tl.get("measured") or not rate or totals.get("chunks", 0) < BOUND_MIN_ROWS:
+        return None
+    width, writes = tl["bucket_s"], tl["stages"]["write"]
+    first = next((i for i, busy in enumerate(writes) if busy > 0), len(writes)) * width    # the store's first batch
+    window = tl["seconds"] - first
+    if window < BOUND_MIN_S:
+        return None
+    use = {s: min(1.0, sum(lane[int(first / width):]) / (window * max(1, tl["slots"].get(s, 1))))
+           for s, lane in tl["stages"].items()}
+    store_busy, encoder_busy = use.get("write", 0.0), use.get("encode", 0.0)
+    if store_busy < STORE_BUSY or encoder_busy > ENCODER_IDLE or max(use.values()) > store_busy:
+        return None
+    about = float(f"{rate:.2g}")
+    instead = FASTER.get(store_kind, f"more writer processes ([store] writers, {tl['slots'].get('write', 1)} now) "
+                                     "or a faster server take more")
+    line = (f"the store was busy {store_busy:.0%} of the run since its first rows and the encoder {encoder_busy:.0%}: "
+            f"{store} writes about {about:,.0f} rows/s; {instead} (docs/stores.md)")
+    return {"stage": "write", "store": store, "store_busy": round(store_busy, 3), "encoder_busy": round(encoder_busy, 3),
+            "busy": {s: round(v, 3) for s, v in use.items()}, "since_s": round(first, 3), "window_s": round(window, 3),
+            "rows_per_s": round(rate, 1), "instead": instead, "line": line}
+

@@ -39,7 +39,8 @@ from ingest.progress import Progress
 from ingest.report import Tally, default_report_path, summary, unwritable, write_unstarted
 from ingest.scan import Scan, common_root, scan, under
 from ingest.status import LastRun
-from ingest.store import StoreError, redact
+from ingest.timeline import store_bound
+from ingest.store import StoreError, kind, redact
 from ingest.store.collection import open_collection
 
 if TYPE_CHECKING:
@@ -143,6 +144,8 @@ class Run:
         if not self.quiet:
             print(summary(totals), file=sys.stderr)
             print(f"report: {self.report_path}", file=sys.stderr)
+            if totals.get("store_bound"):         # the store held the run back: the last line says so
+                print(totals["store_bound"]["line"], file=sys.stderr)
         if fatal is not None:
             raise fatal                       # the CLI's one line, exit EXIT_ERROR (the report says so)
         return code
@@ -174,13 +177,15 @@ class Run:
         files, col, tally = self._files, self.col, self.tally
         # not_started: files the scan found that never ended; None when the scan did not finish (a stop
         # before the end of the folder: what it holds beyond is unknown), which scan_finished says.
-        return tally.totals(time.perf_counter() - self.started, self.rates(),
-                            {"not_started": files.found - tally.files if files.finished else None,
-                             "scan_finished": files.finished, "pruned": pruned,
-                             "interrupted": self.stopping.is_set(), "signal": self.signals.name,
-                             "stopped_by": stopped_by, "exit_code": code, **engine,
-                             "store": col.store.uri, "collection": col.store.collection, "model": col.model.name,
-                             "backend": col.backend, "warnings": col.warnings})
+        totals = tally.totals(time.perf_counter() - self.started, self.rates(),
+                              {"not_started": files.found - tally.files if files.finished else None,
+                               "scan_finished": files.finished, "pruned": pruned,
+                               "interrupted": self.stopping.is_set(), "signal": self.signals.name,
+                               "stopped_by": stopped_by, "exit_code": code, **engine,
+                               "store": col.store.uri, "collection": col.store.collection, "model": col.model.name,
+                               "backend": col.backend, "warnings": col.warnings})
+        totals["store_bound"] = store_bound(totals, col.store.caps.name, kind(col.store.uri))   # None: it was not
+        return totals
 
     # -- stopping before ingesting ----------------------------------------------------
     def _report_unstarted(self, started: float, stopped_by: str, code: int, **totals: Any) -> str:

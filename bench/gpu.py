@@ -6,14 +6,19 @@
 
 Measurements, in this order, on the same synthetic chunks of ~183 tokens (common words, one token
 each, so their token ids are made by numpy in well under a second and equal the tokenizer's):
-  forward_only       the model alone on pre-tokenized, length-sorted batches already on the device
+  forward_only       the model alone on pre-tokenized batches of rows of one length, already on the
+                     device: a cold pass (every shape new) and a warm one (the compute limit)
   worker_start_s     an EncodePool's start to its first vector
   pool_pretokenized  our pool fed token ids (Pretokenized groups of 512), as `ingest run` feeds it
+  pool_real_lengths  the same on chunks whose lengths are drawn from bench/real_chunk_lengths.json
   pool_raw_texts     encode_multi_process on raw texts (the pool's tokenizer processes)
-  ingest_run         `ingest run` of a generated folder of text files into Milvus Lite: chunks/s after
-                     the first row, the device's busy share, the report's stage timeline
+  ingest_run         `ingest run` of a generated folder of text files into each store of --stores
+                     (Milvus Lite, the null store): whole-run and steady chunks/s, the device's busy
+                     share, CPU per chunk by process role, the report's timeline (bench/gpu_ingest.py)
   bare_encode        SentenceTransformer.encode at its best batch size (the first --peer-n chunks)
   st_pool            sentence-transformers' own multi-process pool, 1 and 2 processes (--peer-n chunks)
+
+--set issue38 measures the first six (issue 38's); --set all (the default) every one.
 
 Each runs with its own time limit, inside one budget (--budget-s). The JSON is rewritten (atomically)
 as each ends, so a killed run keeps every finished measurement. A measurement that outlives its
@@ -40,10 +45,12 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).parent))
+from gpu_ingest import STORES, stores_of  # noqa: E402
 from gpu_measures import ORDER, measure  # noqa: E402
 
-LIMITS_S = {"forward_only": 90, "worker_start_s": 60, "pool_pretokenized": 120, "pool_raw_texts": 120,
-            "ingest_run": 240, "bare_encode": 120, "st_pool": 150}
+LIMITS_S = {"forward_only": 120, "worker_start_s": 60, "pool_pretokenized": 120, "pool_real_lengths": 120,
+            "pool_raw_texts": 120, "ingest_run": 240, "bare_encode": 120, "st_pool": 150}
+SETS = {"all": ORDER, "issue38": ORDER[:6]}
 SITECUSTOMIZE = """import faulthandler, importlib.machinery, os, runpy, signal, sys
 _d = os.environ.get("GPU_BENCH_STACKS")
 if _d:
@@ -134,11 +141,19 @@ def save(path: Path, doc: dict) -> None:
 def summary(results: dict) -> dict:
     rate = {k: v.get("chunks_per_s") for k, v in results.items() if v.get("status") == "ok"}
     out = {k: round(v, 1) for k, v in rate.items() if v}
-    if rate.get("pool_pretokenized") and results.get("ingest_run", {}).get("steady_chunks_per_s"):
-        out["ingest_run_steady_over_pool_pretokenized"] = round(
-            results["ingest_run"]["steady_chunks_per_s"] / rate["pool_pretokenized"], 3)
+    for store, run in results.get("ingest_run", {}).get("stores", {}).items():
+        for key in ("chunks_per_s", "steady_chunks_per_s", "gpu_busy_share"):
+            if run.get(key) is not None:
+                out[f"ingest_run_{store}_{key}"] = round(run[key], 3 if "share" in key else 1)
+        if rate.get("pool_pretokenized") and run.get("steady_chunks_per_s"):
+            out[f"ingest_run_{store}_steady_over_pool_pretokenized"] = round(
+                run["steady_chunks_per_s"] / rate["pool_pretokenized"], 3)
+    if results.get("forward_only", {}).get("cold_chunks_per_s"):
+        out["forward_only_cold"] = round(results["forward_only"]["cold_chunks_per_s"], 1)
     if rate.get("forward_only") and rate.get("pool_pretokenized"):
         out["pool_pretokenized_over_forward_only"] = round(rate["pool_pretokenized"] / rate["forward_only"], 3)
+    if rate.get("pool_raw_texts") and rate.get("pool_pretokenized"):
+        out["pool_raw_texts_over_pool_pretokenized"] = round(rate["pool_raw_texts"] / rate["pool_pretokenized"], 3)
     if results.get("worker_start_s", {}).get("status") == "ok":
         out["worker_start_s"] = round(results["worker_start_s"]["first_vector_s"], 2)
     return out
@@ -146,7 +161,7 @@ def summary(results: dict) -> dict:
 
 def drive(a) -> int:
     out = Path(a.out)
-    names = [m for m in ORDER if m in a.only] if a.only else list(ORDER)
+    names = [m for m in SETS[a.set] if m in a.only] if a.only else list(SETS[a.set])
     doc = {"meta": meta(a), "measurements": {}, "summary": {}}
     save(out, doc)
     stacks_dir = Path(tempfile.mkdtemp(prefix="gpu-bench-stacks-"))
@@ -156,7 +171,8 @@ def drive(a) -> int:
     deadline = time.monotonic() + a.budget_s
     common = ["--device", a.device, "--dtype", a.dtype, "--n", str(a.n), "--model", a.model_path,
               "--run-chunks", str(a.run_chunks), "--peer-n", str(a.peer_n), "--forward-batch", str(a.forward_batch),
-              "--bare-batch-sizes", ",".join(map(str, a.bare_batch_sizes))]
+              "--bare-batch-sizes", ",".join(map(str, a.bare_batch_sizes)), "--stores", a.stores,
+              "--run-backend", a.run_backend]
     common += ["--tokenizer-workers", str(a.tokenizer_workers)] if a.tokenizer_workers else []
     common += ["--batch-size", str(a.batch_size)] if a.batch_size else []
     for name in names:
@@ -232,6 +248,11 @@ def main() -> int:
     ap.add_argument("--bare-batch-sizes", default=None, help="comma list (default 64,128,256,512 CUDA; 32 CPU)")
     ap.add_argument("--tokenizer-workers", type=int, default=None, help="our pool's (default: the pool's own)")
     ap.add_argument("--batch-size", type=int, default=None, help="our pool's rows per batch (default: the pool's)")
+    ap.add_argument("--stores", default=None, help="ingest_run's stores, name[:chunks] each (default "
+                    "milvus-lite:30000,null on CUDA, milvus-lite,null on the CPU; no count: --run-chunks); names: "
+                    + ", ".join(STORES))
+    ap.add_argument("--run-backend", default="torch", help="ingest_run's --backend (null: the host alone)")
+    ap.add_argument("--set", default="all", choices=sorted(SETS), help="which measurements (before --only)")
     ap.add_argument("--only", default=None, help=f"comma list of: {','.join(ORDER)}")
     ap.add_argument("--limit", action="append", default=[], metavar="NAME=S", help="one measurement's time limit")
     ap.add_argument("--budget-s", type=float, default=450, help="all measurements together (default 450)")
@@ -253,6 +274,8 @@ def main() -> int:
     a.peer_n = a.peer_n or min(a.n, 20_000)
     a.forward_batch = a.forward_batch or ("128,256,512,1024" if cuda else "64")
     a.bare_batch_sizes = [int(b) for b in (a.bare_batch_sizes or ("64,128,256,512" if cuda else "32")).split(",")]
+    a.stores = a.stores or ("milvus-lite:30000,null" if cuda else "milvus-lite,null")
+    stores_of(a.stores, a.run_chunks)                    # an unknown store: refused now
     if a.measure:
         return measure(a)
     a.only = [m.strip() for m in a.only.split(",")] if a.only else None

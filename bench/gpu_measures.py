@@ -3,35 +3,37 @@ measurement takes the parsed arguments and the synthetic chunks, and returns a J
 from __future__ import annotations
 
 import json
-import random
-import shutil
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 from encode import WORDS  # the same words as bench/encode.py: one token each
+from gpu_ingest import m_ingest_run
 
-ORDER = ("forward_only", "worker_start_s", "pool_pretokenized", "pool_raw_texts", "ingest_run",
+ORDER = ("forward_only", "worker_start_s", "pool_pretokenized", "pool_real_lengths", "pool_raw_texts", "ingest_run",
          "bare_encode", "st_pool")
 GROUP = 512                                   # chunks per Pretokenized group, as a run's packs
+REAL_LENGTHS = Path(__file__).with_name("real_chunk_lengths.json")    # 22,066 chunks' token lengths (issue 38)
 
 
 # --- the chunks ---------------------------------------------------------------------------------------
 
-def chunks(n: int, tokenizer_file: str, seed: int = 0) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """n texts of 160-206 tokens ([CLS] and [SEP] included), their ids concatenated (int32) and lengths."""
+def chunks(n: int, tokenizer_file: str, seed: int = 0, real: bool = False) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """n texts of 160-206 tokens ([CLS] and [SEP] included), or (`real`) of lengths drawn from REAL_LENGTHS (at
+    least 3), their ids concatenated (int32) and lengths."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(tokenizer_file)
     vocab = np.array([tok.token_to_id(w) for w in WORDS], dtype=np.int32)
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(160, 207, size=n).astype(np.int32)
+    if real:
+        lengths = np.maximum(3, rng.choice(np.array(json.loads(REAL_LENGTHS.read_text())), size=n)).astype(np.int32)
+    else:
+        lengths = rng.integers(160, 207, size=n).astype(np.int32)
     picks = rng.integers(0, len(WORDS), size=int(lengths.sum() - 2 * n))
     starts = np.concatenate(([0], np.cumsum(lengths - 2)))
     words = np.array(WORDS)
@@ -73,16 +75,18 @@ def _st_model(a):
 
 def m_forward_only(a, texts, ids, lengths) -> dict:
     """The model alone at each --forward-batch size, on batches of rows of one length each (no padding,
-    so no attention mask: on CUDA, SDPA's fastest kernel), already on the device: the best is the
-    compute limit."""
+    so no attention mask: on CUDA, SDPA's fastest kernel), already on the device. Two passes over the same
+    batches: the first cold (every shape new: on CUDA, a cuDNN plan a shape), the second warm, the compute
+    limit (issue 38)."""
     model = _st_model(a)
-    rates = {b: _forward_rate(a, model, ids, lengths, b) for b in (int(x) for x in a.forward_batch.split(","))}
-    best = max(rates, key=rates.get)
-    return {"chunks": len(texts), "chunks_per_s": rates[best], "timed_s": len(texts) / rates[best],
-            "batch_size": best, "by_batch_size": {str(b): r for b, r in rates.items()}}
+    rates = {b: _forward_rates(a, model, ids, lengths, b) for b in (int(x) for x in a.forward_batch.split(","))}
+    best = max(rates, key=lambda b: rates[b]["warm"])
+    return {"chunks": len(texts), "chunks_per_s": rates[best]["warm"], "cold_chunks_per_s": rates[best]["cold"],
+            "timed_s": len(texts) / rates[best]["warm"], "batch_size": best, "shapes": rates[best]["shapes"],
+            "by_batch_size": {str(b): r for b, r in rates.items()}}
 
 
-def _forward_rate(a, model, ids, lengths, batch: int) -> float:
+def _forward_rates(a, model, ids, lengths, batch: int) -> dict:
     import torch
 
     order = np.argsort(lengths, kind="stable")
@@ -95,15 +99,18 @@ def _forward_rate(a, model, ids, lengths, batch: int) -> float:
         x = np.stack([ids[offsets[k]:offsets[k + 1]] for k in rows]).astype(np.int64)
         t = torch.from_numpy(x).to(a.device)
         batches.append({"input_ids": t, "attention_mask": torch.ones_like(t), "token_type_ids": torch.zeros_like(t)})
+    out = {"shapes": len({tuple(b["input_ids"].shape) for b in batches})}
     with torch.inference_mode():
-        for b in batches[:3]:
-            model(b)                                                      # warm-up
-        _sync(a.device)
-        started = time.perf_counter()
-        for b in batches:
-            model(b)["sentence_embedding"]
-        _sync(a.device)
-    return len(order) / (time.perf_counter() - started)
+        t = batches[0]["input_ids"][:1, :8]                               # the device's start-up, on a shape of its own
+        model({"input_ids": t, "attention_mask": torch.ones_like(t), "token_type_ids": torch.zeros_like(t)})
+        for name in ("cold", "warm"):
+            _sync(a.device)
+            started = time.perf_counter()
+            for b in batches:
+                model(b)["sentence_embedding"]
+            _sync(a.device)
+            out[name] = len(order) / (time.perf_counter() - started)
+    return out
 
 
 def _first_vector(a):
@@ -173,6 +180,18 @@ def m_pool_pretokenized(a, texts, ids, lengths) -> dict:
         pool.close()
 
 
+def m_pool_real_lengths(a, texts, ids, lengths) -> dict:
+    """`pool_pretokenized` on as many chunks of real lengths (REAL_LENGTHS: ingest run's chunks of the
+    development set and samples, context line included)."""
+    from ingest.model_ref import resolve_model
+
+    texts, ids, lengths = chunks(len(texts), resolve_model(a.model_path).tokenizer_file, seed=1, real=True)
+    out = m_pool_pretokenized(a, texts, ids, lengths)
+    out["lengths"] = {"mean": round(float(lengths.mean()), 1), **{f"p{q}": int(np.percentile(lengths, q))
+                                                                  for q in (10, 50, 90)}}
+    return out
+
+
 def m_pool_raw_texts(a, texts, ids, lengths) -> dict:
     from ingest.api import EncodePool, encode_multi_process
     from ingest.model_ref import resolve_model
@@ -186,106 +205,6 @@ def m_pool_raw_texts(a, texts, ids, lengths) -> dict:
         assert rows.shape[0] == len(texts)
         return {"tokenizer_workers": a.tokenizer_workers or "pool default",
                 **_pool_figures(pool, before, len(texts), seconds)}
-
-
-class Busy(threading.Thread):
-    """Samples every 0.2 s the device's utilisation (NVML, else nvidia-smi; the CPU's for a CPU run) and the
-    chunks a Lite store's manifest has recorded (read-only; a file's entry comes after its rows are stored)."""
-
-    def __init__(self, device: str, manifest: Path):
-        super().__init__(daemon=True)
-        self.device, self.manifest, self.samples, self.recorded = device, manifest, [], []
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        read = self._reader()
-        while not self.halt.wait(0.2):
-            self.samples.append((time.perf_counter(), read()))
-            self.recorded.append((time.perf_counter(), self._chunks()))
-
-    def _chunks(self) -> int:
-        import sqlite3
-
-        try:
-            with sqlite3.connect(f"file:{self.manifest}?mode=ro", uri=True, timeout=0.1) as db:
-                return db.execute("SELECT coalesce(sum(chunks), 0) FROM files").fetchone()[0]
-        except sqlite3.Error:           # not made yet, or busy: nothing more known
-            return self.recorded[-1][1] if self.recorded else 0
-
-    def steady(self) -> tuple[float | None, float | None]:
-        """Chunks/s from the first recorded chunks to the last, and when the first were recorded (s)."""
-        started = [(t, c) for t, c in self.recorded if c > 0]
-        if len(started) < 2 or started[-1][1] == started[0][1]:
-            return None, None
-        (t0, c0), (t1, c1) = started[0], max(started, key=lambda tc: tc[1])
-        return (c1 - c0) / max(t1 - t0, 1e-9), t0
-
-    def _reader(self):
-        if not self.device.startswith("cuda"):
-            import psutil
-
-            psutil.cpu_percent()
-            return psutil.cpu_percent
-        index = int(self.device.partition(":")[2] or 0)
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            return lambda: float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-        except Exception:               # no NVML binding: the command line tool
-            return lambda: float(subprocess.run(
-                ["nvidia-smi", "-i", str(index), "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                capture_output=True, text=True, timeout=5).stdout.strip() or "nan")
-
-    def share(self, since: float) -> float | None:
-        values = [v for t, v in self.samples if t >= since]
-        return round(sum(values) / len(values) / 100, 3) if values else None
-
-
-def write_folder(folder: Path, n_chunks: int, paragraphs: int = 16) -> None:
-    """Text files of `paragraphs` paragraphs of 140-160 words: about one ~190-token chunk each."""
-    folder.mkdir(parents=True)
-    rng, words = random.Random(0), np.array(WORDS)
-    picks = np.random.default_rng(0).integers(0, len(WORDS), size=n_chunks * 160)
-    at = 0
-    for f in range((n_chunks + paragraphs - 1) // paragraphs):
-        paras = []
-        for _ in range(min(paragraphs, n_chunks - f * paragraphs)):
-            k = rng.randint(140, 160)
-            paras.append(" ".join(words[picks[at:at + k]]) + ".")
-            at += k
-        (folder / f"doc{f:06d}.txt").write_text("\n\n".join(paras))
-
-
-def m_ingest_run(a, texts, ids, lengths) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="gpu-bench-run-"))
-    try:
-        written = time.perf_counter()
-        write_folder(work / "docs", a.run_chunks)
-        written = time.perf_counter() - written
-        argv = [sys.executable, "-m", "ingest.cli", "run", "docs", "--store", str(work / "store.db"),
-                "--report", str(work / "report.json"), "--model", a.model_path, "--devices", a.device,
-                "--backend", "torch", "--quiet"]
-        busy = Busy(a.device, work / "store.db.documents.manifest.sqlite")
-        busy.start()
-        started = time.perf_counter()
-        proc = subprocess.run(argv, cwd=work, capture_output=True, text=True)
-        busy.halt.set()
-        busy.join()
-        if proc.returncode != 0:
-            raise RuntimeError(f"ingest run exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
-        totals = json.loads((work / "report.json").read_text())["totals"]
-        steady, first_recorded = busy.steady()
-        return {"chunks": totals["chunks"], "files": totals["files"], "folder_written_s": written,
-                "run_s": totals["seconds"], "first_row_s": totals["first_row_s"],
-                "chunks_per_s": totals["chunks"] / totals["seconds"],
-                "steady_chunks_per_s": steady, "steady_from_s": first_recorded and first_recorded - started,
-                "busy_share": busy.share(started),
-                "busy_share_steady": busy.share(first_recorded) if first_recorded else None,
-                "busy_of": "gpu" if a.device.startswith("cuda") else "all cpus", "timeline": totals["timeline"]}
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def m_bare_encode(a, texts, ids, lengths) -> dict:

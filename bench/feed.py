@@ -3,6 +3,7 @@ into Milvus Lite and into a real Milvus server started here on loopback.
 
     python bench/feed.py                          # 600 documents, Lite and (if installed) milvus-server
     python bench/feed.py --docs 400 --stores lite
+    python bench/feed.py --stores null            # into the null store (null://): the host with no store's limit
     python bench/feed.py --backend openvino --code 6746f18    # another commit's code, beside this one
 
 Each configuration runs twice, on --small and on --docs documents, each into a fresh store, and
@@ -151,7 +152,8 @@ def main() -> int:
                     "with 20 documents, one batch, the second writer's were counted as cost per chunk)")
     ap.add_argument("--paragraphs", type=int, default=16, help="paragraphs (chunks) per document")
     ap.add_argument("--backend", default="null")
-    ap.add_argument("--stores", default="lite,server", help="lite, server or both")
+    ap.add_argument("--stores", default="lite,server", help="comma list of lite, server, null (the null store: "
+                    "what the host does with no store's limit; not in code older than issue 38)")
     ap.add_argument("--writers", type=int, default=2, help="[store] writers for the server")
     ap.add_argument("--rounds", type=int, default=1, help="measure every code this many times, in turn")
     ap.add_argument("--code", default="", help="also measure the code of these git revisions or source trees "
@@ -170,7 +172,7 @@ def main() -> int:
     server = None
     try:
         for store in args.stores.split(","):
-            uri = "lite"
+            uri = "null://" if store == "null" else "lite"      # null: the null store, the host alone
             if store == "server":
                 try:
                     server, uri = start_server(work / "milvus")

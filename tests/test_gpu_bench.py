@@ -3,6 +3,7 @@ with the keys a GPU run will have; a measurement that outlives its limit is reco
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,9 @@ from pathlib import Path
 from conftest import cli_env
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu.py"
-MEASUREMENTS = ("forward_only", "worker_start_s", "pool_pretokenized", "pool_raw_texts", "ingest_run",
-                "bare_encode", "st_pool")
+ROOT = BENCH.parent.parent
+MEASUREMENTS = ("forward_only", "worker_start_s", "pool_pretokenized", "pool_real_lengths", "pool_raw_texts",
+                "ingest_run", "bare_encode", "st_pool")
 
 
 def bench(tmp_path: Path, *args: str) -> dict:
@@ -23,7 +25,7 @@ def bench(tmp_path: Path, *args: str) -> dict:
 
 
 def test_the_rehearsal_writes_every_measurement_and_the_machine(tmp_path: Path) -> None:
-    doc = bench(tmp_path, "--n", "48", "--budget-s", "1200",
+    doc = bench(tmp_path, "--n", "48", "--budget-s", "1500", "--stores", "milvus-lite:48,null:96",
                 *[f"--limit={name}=300" for name in MEASUREMENTS])
     meta = doc["meta"]
     for key in ("device", "device_name", "torch", "cuda", "driver", "cpu_cores", "date", "commit", "n", "dtype"):
@@ -34,16 +36,41 @@ def test_the_rehearsal_writes_every_measurement_and_the_machine(tmp_path: Path) 
     for name, entry in got.items():
         assert entry["status"] == "ok", (name, entry)
         assert entry["seconds"] > 0
-    for name in ("forward_only", "pool_pretokenized", "pool_raw_texts", "bare_encode", "st_pool", "ingest_run"):
+    for name in ("forward_only", "pool_pretokenized", "pool_real_lengths", "pool_raw_texts", "bare_encode", "st_pool"):
         assert got[name]["chunks_per_s"] > 0, name
-    assert got["pool_pretokenized"]["chunks"] == got["pool_raw_texts"]["chunks"] == 48
+    assert got["pool_pretokenized"]["chunks"] == got["pool_real_lengths"]["chunks"] == got["pool_raw_texts"]["chunks"] == 48
+    forward = got["forward_only"]
+    assert forward["cold_chunks_per_s"] > 0 and forward["shapes"] > 1
+    assert set(forward["by_batch_size"]["64"]) == {"cold", "warm", "shapes"}
+    real = got["pool_real_lengths"]["lengths"]
+    assert real["p10"] < real["p50"] < real["p90"] <= 256            # drawn from bench/real_chunk_lengths.json
     assert got["worker_start_s"]["first_vector_s"] > 0
     assert set(got["st_pool"]) >= {"processes_1", "processes_2"}
-    run = got["ingest_run"]
-    assert run["chunks"] > 0 and run["first_row_s"] > 0 and run["busy_share"] is not None
-    assert set(run["timeline"]["stages"]) >= {"load", "encode", "write"}
-    if run["steady_chunks_per_s"] is not None:          # None: every chunk was recorded in one commit
-        assert doc["summary"]["ingest_run_steady_over_pool_pretokenized"] > 0
+    stores = got["ingest_run"]["stores"]
+    assert list(stores) == ["milvus-lite", "null"]
+    for name, chunks in (("milvus-lite", 48), ("null", 96)):
+        run = stores[name]
+        assert run["status"] == "ok" and run["chunks"] == chunks and run["first_row_s"] > 0, run
+        assert run["chunks_per_s"] > 0 and run["steady_chunks_per_s"] > 0 and run["gpu_busy_share"] is None
+        assert run["cpu_us_per_chunk"]["supervisor"] > 0 and run["tree_cpu_us_per_chunk"] > 0
+        assert set(run["timeline"]["stages"]) >= {"load", "encode", "write"}
+        assert doc["summary"][f"ingest_run_{name}_steady_over_pool_pretokenized"] > 0
+    assert stores["milvus-lite"]["uri"].endswith("store.db") and stores["null"]["uri"] == "null://"
+
+
+def test_the_one_gpu_command_rehearsed_on_the_cpu(tmp_path: Path) -> None:
+    """scripts/gpu_run.sh without its install, on the CPU: issue 38's set, the null backend, tiny sizes."""
+    env = dict(cli_env(), OUT=str(tmp_path), INSTALL="0", DEVICE="cpu", N="16", STORES="milvus-lite:16,null:32",
+               MODEL="", TOTAL_S="900", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    proc = subprocess.run(["bash", "scripts/gpu_run.sh", "--only", "pool_real_lengths,ingest_run", "--run-backend",
+                           "null"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads((tmp_path / "gpu.json").read_text())
+    assert doc["meta"]["argv"][doc["meta"]["argv"].index("--set") + 1] == "issue38"
+    got = doc["measurements"]
+    assert list(got) == ["pool_real_lengths", "ingest_run"] and got["pool_real_lengths"]["status"] == "ok"
+    assert got["ingest_run"]["backend"] == "null"
+    assert {k: v["chunks"] for k, v in got["ingest_run"]["stores"].items()} == {"milvus-lite": 16, "null": 32}
 
 
 def test_a_measurement_past_its_limit_is_recorded_with_the_stacks_of_its_processes(tmp_path: Path) -> None:

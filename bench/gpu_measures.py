@@ -161,7 +161,7 @@ print(json.dumps(out))
 def _pool_figures(pool, before: dict, n: int, seconds: float) -> dict:
     after, plan = pool.stats, pool.batch_plan
     return {"chunks": n, "chunks_per_s": n / seconds, "timed_s": seconds, "worker_startup_s": pool.startup_seconds,
-            "batch_plan": {"batch_size": plan.batch_size, "max_tokens": plan.max_tokens, "multiple": plan.multiple},
+            "batch_plan": {k: getattr(plan, k, None) for k in ("batch_size", "max_tokens", "multiple")},
             "window_size": pool.window_size,
             "during": {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], (int, float))}}
 

@@ -275,7 +275,10 @@ def main() -> int:
     a.forward_batch = a.forward_batch or ("128,256,512,1024" if cuda else "64")
     a.bare_batch_sizes = [int(b) for b in (a.bare_batch_sizes or ("64,128,256,512" if cuda else "32")).split(",")]
     a.stores = a.stores or ("milvus-lite:30000,null" if cuda else "milvus-lite,null")
-    stores_of(a.stores, a.run_chunks)                    # an unknown store: refused now
+    try:
+        stores_of(a.stores, a.run_chunks)                # an unknown store: refused now, in one line
+    except ValueError as e:
+        ap.error(str(e))
     if a.measure:
         return measure(a)
     a.only = [m.strip() for m in a.only.split(",")] if a.only else None

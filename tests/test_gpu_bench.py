@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import cli_env
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu.py"
@@ -24,6 +25,7 @@ def bench(tmp_path: Path, *args: str) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.timeout(1600)          # eight measurements, each a fresh interpreter with torch: ~6 min on an idle box
 def test_the_rehearsal_writes_every_measurement_and_the_machine(tmp_path: Path) -> None:
     doc = bench(tmp_path, "--n", "48", "--budget-s", "1500", "--stores", "milvus-lite:48,null:96",
                 *[f"--limit={name}=300" for name in MEASUREMENTS])
@@ -58,6 +60,7 @@ def test_the_rehearsal_writes_every_measurement_and_the_machine(tmp_path: Path) 
     assert stores["milvus-lite"]["uri"].endswith("store.db") and stores["null"]["uri"] == "null://"
 
 
+@pytest.mark.timeout(960)
 def test_the_one_gpu_command_rehearsed_on_the_cpu(tmp_path: Path) -> None:
     """scripts/gpu_run.sh without its install, on the CPU: issue 38's set, the null backend, tiny sizes."""
     env = dict(cli_env(), OUT=str(tmp_path), INSTALL="0", DEVICE="cpu", N="16", STORES="milvus-lite:16,null:32",

@@ -32,7 +32,8 @@ from pebble import ProcessExpired, ProcessPool
 
 from ..failure import Failure
 from ..spawn import SHIELDED, watch_parent
-from ._messages import BatchPlan, TokenBatch, TokenizedWindow
+from ._messages import BatchPlan, TokenizedWindow
+from ._shapes import bucket_by_length
 from .word_cache import exact_words
 
 _tokenizer = None
@@ -93,32 +94,6 @@ def _one_by_one(texts: list[str]) -> tuple[list[list[int]], np.ndarray, tuple[tu
         except Exception as exc:
             rejected.append((position, " ".join(f"{type(exc).__name__}: {exc}".split())[:200]))
     return ids, np.array(kept, dtype=np.int32), tuple(rejected)
-
-
-def bucket_by_length(flat: np.ndarray, lengths: np.ndarray, pad_id: int, plan: BatchPlan) -> tuple[TokenBatch, ...]:
-    """Sort rows longest first (stable) and cut them into batches: each padded to its longest row
-    rounded up to a multiple of plan.multiple (within the model's max length), with at most
-    plan.batch_size rows and plan.max_tokens padded tokens. With a multiple of 8, batches come in
-    few shapes, and a compiled model reuses them. `flat` holds the rows' ids one after another."""
-    starts = np.zeros(len(lengths), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    order = np.argsort(-lengths, kind="stable").astype(np.int32)
-    last = max(len(flat) - 1, 0)
-    batches, i = [], 0
-    while i < len(order):
-        longest = int(lengths[order[i]])
-        width = -(-longest // plan.multiple) * plan.multiple
-        if width > plan.max_length:
-            width = longest
-        rows = order[i:i + max(1, min(plan.batch_size, plan.max_tokens // max(width, 1)))]
-        row_lengths = lengths[rows]
-        column = np.arange(width)
-        mask = column < row_lengths[:, None]
-        index = np.minimum(starts[rows][:, None] + column, last)
-        padded = np.where(mask, flat[index] if len(flat) else 0, pad_id).astype(np.int32)
-        batches.append(TokenBatch(positions=rows, ids=padded, lengths=row_lengths))
-        i += len(rows)
-    return tuple(batches)
 
 
 class TokenizerPool:

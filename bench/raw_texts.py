@@ -29,6 +29,8 @@ from feed import package_of  # noqa: E402
 
 MEASURE = r"""
 import json, os, sys, time
+import ingest
+assert ingest.__file__.startswith(os.environ.get("PYTHONPATH") or os.path.dirname(ingest.__file__)), ingest.__file__
 os.environ["RAYON_NUM_THREADS"] = "1"; os.environ["TOKENIZERS_PARALLELISM"] = "false"
 what, path = sys.argv[1], sys.argv[2]
 texts = json.load(open(path))
@@ -74,8 +76,9 @@ def measure(what: str, texts_file: Path, code: Path | None) -> dict:
     env = dict(os.environ)
     if code is not None:
         env["PYTHONPATH"] = str(code)
+    # cwd: not the checkout, whose ingest/ a `-c` interpreter would import before PYTHONPATH's
     out = subprocess.run([sys.executable, "-c", MEASURE, what, str(texts_file)], env=env, capture_output=True,
-                         text=True, timeout=900)
+                         text=True, timeout=900, cwd=texts_file.parent)
     if out.returncode:
         raise SystemExit(f"{what} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -98,6 +101,7 @@ def main() -> int:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(ref.tokenizer_file)
+    tok.no_truncation()
     results: dict = {}
     for name, texts in sets.items():
         path = work / f"{name}.json"

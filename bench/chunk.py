@@ -8,7 +8,7 @@ and the test corpus of tests/test_chunk.py (samples/, documents made by tests/do
 hard cases). One thread (TOKENIZERS_PARALLELISM=false, as in the loader workers); CPU seconds
 (process_time), best of --repeat. Both give the same chunks (checked here too); "tokenizer pass"
 is encode_batch with offsets of the whole text, what the chunker did until issue 29; "word cache"
-the same tokens from ingest/word_tokens.py, as the chunker now gets them (warm: best of --repeat;
+the same tokens from workers/encode/word_cache.py, as the chunker now gets them (warm: best of --repeat;
 "emptied per text": each text's distinct words tokenized, as a loader worker's first file).
 """
 from __future__ import annotations

@@ -19,7 +19,7 @@ spec.limit, and each chunk starts with the header rows.
 NOTE (tokenize once): a page is tokenized once, with each token's start: when the tokenizer is
 additive over whitespace (its pre-tokenizer splits at whitespace, its normalizer works character by
 character, its added tokens hold no whitespace, its post-processor only adds a prefix and a suffix:
-`_Tokens.additive`), word by word from a cache of each word's tokens (ingest/word_tokens.py), and
+`_Tokens.additive`), word by word from a cache of each word's tokens (workers/encode/word_cache.py), and
 a span that touches whitespace (or the page's edge) at both ends has exactly the page's tokens
 that start inside it: counts are two binary searches and a chunk's ids a slice of the page's.
 Anything else (a span cut inside a word at the "" level, the guard's and the byte cut's pieces,
@@ -36,16 +36,11 @@ import numpy as np
 
 from ingest.sections import Box, Doc, Section, context_line, is_junk, joined_headings, union_box
 from ingest.store.schema import TEXT_MAX as MAX_CHUNK_BYTES
-from ingest.word_tokens import WordTokens
+from ingest.workers.encode.word_cache import WHITESPACE, WordTokens, additive, template
 
 SEPARATORS = ("\n\n", "\n", " ", "")
 JUNK_SAMPLE_CHARS = 40                              # of a skipped chunk, in the report (repr: controls escaped)
-# Unicode White_Space less the control characters (a BERT normalizer deletes those, joining their neighbours)
-WHITESPACE = frozenset("\t\n\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
-                       "\u2028\u2029\u202f\u205f\u3000")
 _PATTERNS = tuple(re.compile(re.escape(s)) for s in SEPARATORS[:-1])
-_ADDITIVE_PRE = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
-_CHARWISE_NORM = {"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents"}
 _EMPTY = np.zeros(0, dtype=np.int32)
 _RULE = re.compile(r"^\|(?: *:?-+:? *\|)+\n?", re.M)      # a Markdown table's header rule
 _PIPES = re.compile(r"(?<!\\)\|")                         # its cell separators (not an escaped \| in a cell)
@@ -198,17 +193,11 @@ class _Tokens:
         self.plain.no_padding()
         self._char_counts: dict[str, int] = {}
         self.empty = self.count("")
-        # the special tokens around a text, found on "a" and checked on a text past max_length
-        raw, enc = self.plain.encode("a", add_special_tokens=False).ids, self.exact.encode("a")
-        k = enc.special_tokens_mask.index(0) if 0 in enc.special_tokens_mask else 0
-        prefix, suffix = enc.ids[:k], enc.ids[k + len(raw):]
-        self.prefix, self.suffix = np.asarray(prefix, dtype=np.int32), np.asarray(suffix, dtype=np.int32)
-        self.keep = max_length - len(prefix) - len(suffix)
-        long = " ".join(["a"] * (max_length + 1))
-        template = (bool(raw) and enc.ids == prefix + raw + suffix and self.exact.encode(long).ids
-                    == self._template(self.plain.encode(long, add_special_tokens=False).ids).tolist())
-        self.additive = template and _additive(json.loads(self.plain.to_str()))
-        self.words = WordTokens(self.plain, WHITESPACE) if self.additive else None
+        specials = template(self.exact, self.plain, max_length)
+        self.prefix, self.suffix = specials or (np.zeros(0, np.int32), np.zeros(0, np.int32))
+        self.keep = max_length - len(self.prefix) - len(self.suffix)
+        self.additive = specials is not None and additive(json.loads(self.plain.to_str()))
+        self.words = WordTokens(self.plain) if self.additive else None
 
     def count(self, text: str) -> int:
         return len(self.plain.encode(text, add_special_tokens=False).ids)
@@ -230,16 +219,6 @@ class _Tokens:
         if raw is None:
             raw = self.plain.encode(text, add_special_tokens=False).ids
         return self._template(np.concatenate([context[1], np.asarray(raw, dtype=np.int32)]) if context else raw)
-
-
-def _additive(cfg: dict) -> bool:
-    """Whether a tokenizer.json's pipeline gives any text's tokens as the sum of its whitespace-separated parts'."""
-    norm = cfg.get("normalizer")
-    norms = [] if norm is None else norm.get("normalizers", []) if norm["type"] == "Sequence" else [norm]
-    pre = cfg.get("pre_tokenizer") or {}
-    return (pre.get("type") in _ADDITIVE_PRE and all(n.get("type") in _CHARWISE_NORM for n in norms)
-            and not any(WHITESPACE.intersection(t["content"]) or t.get("lstrip") or t.get("rstrip")
-                        for t in cfg.get("added_tokens", ())))
 
 
 @lru_cache(maxsize=4)

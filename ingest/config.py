@@ -23,7 +23,7 @@ FORMAT_POOLS = ("txt", "pdf", "ocr", "docx", "pptx")
 DEFAULTS: dict[str, Any] = {
     "model": {"name": "default", "backend": "auto", "devices": "auto", "dtype": "auto", "batch_size": "auto",
               "max_batch_tokens": "auto", "compile": False, "tokenizer_workers": "auto", "timeout_s": 300.0,
-              "max_attempts": 3},
+              "max_attempts": 3, "batch_shapes": "auto", "warm_up": "auto"},
     "chunking": {"chunk_tokens": 200, "overlap_tokens": 30, "context_tokens": 48, "skip_junk": True},
     "store": {"uri": "./ingest.db", "collection": "documents", "batch_size": 512, "timeout_s": 60.0,
               "writers": 1},
@@ -50,6 +50,8 @@ DEFAULTS: dict[str, Any] = {
 CHOICES = {
     "model.dtype": ("auto", "float32", "float16", "bfloat16"),
     "model.backend": BACKEND_CHOICES,
+    "model.batch_shapes": ("auto", "bounded", "exact"),
+    "model.warm_up": ("auto", "always", "never"),
     "loaders.pdf.ocr": ("auto", "always", "never"),
     "loaders.pdf.tables": ("auto", "always", "never"),
     "loaders.ocr.backend": ("rapidocr", "paddleocr"),

@@ -260,7 +260,8 @@ def make_pool(model: ModelRef, settings: dict[str, Any]) -> EncodePool:
     return EncodePool(model, devices=m["devices"], batch_size=_auto(m["batch_size"]),
                       max_batch_tokens=_auto(m["max_batch_tokens"]), dtype=_auto(m["dtype"]),
                       tokenizer_workers=_auto(m["tokenizer_workers"]), timeout_s=m["timeout_s"],
-                      max_attempts=m["max_attempts"], backend=m["backend"], compile=m["compile"], pretokenized=True)
+                      max_attempts=m["max_attempts"], backend=m["backend"], compile=m["compile"], pretokenized=True,
+                      batch_shapes=m["batch_shapes"], warm_up=m["warm_up"])
 
 
 def _auto(value: Any) -> Any:

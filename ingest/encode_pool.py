@@ -11,9 +11,10 @@ import numpy as np
 
 from ingest.backends import CHOICES as _BACKENDS, choose, model_file
 from ingest.model_ref import ModelRef, resolve_model
-from ingest.workers.encode import BatchPlan, EncodeEngine, Pretokenized, plan_devices
+from ingest.workers.encode import SHAPES, BatchPlan, EncodeEngine, Pretokenized, plan_devices
 
 _DTYPES = (None, "auto", "float32", "float16", "bfloat16")
+WARM_UP = ("auto", "always", "never")
 
 
 class EncodePool:
@@ -31,8 +32,12 @@ class EncodePool:
     are made once, guarded against torch, and cached.
 
     Batches: texts are sorted by length and cut into batches of at most batch_size rows and
-    max_batch_tokens padded tokens, each padded to a multiple of 8. None means the device's
-    default: 64 rows and 3,072 tokens on the CPU; 512 rows and 65,536 tokens on CUDA. tokenizer_workers None: 1,
+    max_batch_tokens padded tokens. None means the device's default: 64 rows and 3,072 tokens on
+    the CPU; 512 rows and 65,536 tokens on CUDA. batch_shapes: "bounded" (widths rounded up to a
+    multiple of 32, a fixed row count per width: a few dozen shapes in all, as a GPU wants), "exact"
+    (each batch padded to its longest row, as a CPU wants) or "auto" (bounded on CUDA or compiled).
+    warm_up: "auto" (a CUDA worker runs each shape of a bounded plan once at start, so no cuDNN plan
+    is built mid-run), "always" or "never". tokenizer_workers None: 1,
     or every core when the workers run on CUDA. compile: torch.compile the transformer (torch
     backend; the first batches of each shape compile). pretokenized: the caller passes
     Pretokenized groups, so tokenizer processes start only if raw texts come.
@@ -42,7 +47,8 @@ class EncodePool:
                  batch_size: int | None = None, max_batch_tokens: int | None = None, dtype: str | None = None,
                  normalize_embeddings: bool = False, tokenizer_workers: int | None = None, timeout_s: float = 300.0,
                  max_attempts: int = 3, show_progress_bar: bool = False, backend: str = "torch",
-                 compile: bool = False, pretokenized: bool = False):
+                 compile: bool = False, pretokenized: bool = False, batch_shapes: str = "auto",
+                 warm_up: str = "auto"):
         for name, value in (("batch_size", batch_size), ("max_batch_tokens", max_batch_tokens),
                             ("tokenizer_workers", tokenizer_workers), ("max_attempts", max_attempts)):
             if name != "max_attempts" and value is None:
@@ -53,6 +59,10 @@ class EncodePool:
             raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(map(repr, _DTYPES))}, got {dtype!r}")
+        if batch_shapes not in SHAPES:
+            raise ValueError(f"batch_shapes must be one of {', '.join(map(repr, SHAPES))}, got {batch_shapes!r}")
+        if warm_up not in WARM_UP:
+            raise ValueError(f"warm_up must be one of {', '.join(map(repr, WARM_UP))}, got {warm_up!r}")
         if backend not in _BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(map(repr, _BACKENDS))}, got {backend!r}")
         self.model = model if isinstance(model, ModelRef) else resolve_model(model)
@@ -61,7 +71,8 @@ class EncodePool:
         self.backend = choose(backend, self.model, devices=devices)
         specs = plan_devices(devices, self.model.path, None if dtype == "auto" else dtype, normalize_embeddings,
                              self.backend, model_file(self.model, self.backend), self.model.max_seq_length,
-                             self.model.dim, compile)
+                             self.model.dim, compile, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+                             batch_shapes=batch_shapes, warm_up=warm_up)
         self._engine = EncodeEngine(specs, self.model.tokenizer_file, batch_size=batch_size,
                                     max_batch_tokens=max_batch_tokens, tokenizer_workers=tokenizer_workers,
                                     timeout_s=float(timeout_s), max_attempts=max_attempts,

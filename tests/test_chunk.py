@@ -15,7 +15,7 @@ import pytest
 
 from conftest import cli_env, run
 from docs import make_docx, make_pdf, make_pptx
-from ingest import word_tokens
+from ingest.workers.encode import word_cache as word_tokens
 from ingest.chunk import MAX_CHUNK_BYTES, WHITESPACE, ChunkSpec, _tokens, page_chunks
 from ingest.config import load_config, loader_options
 from ingest.files import FileRef

@@ -15,7 +15,7 @@ from ingest.chunk import ChunkSpec, page_chunks
 from ingest.engines.inflight import InFlight
 from ingest.model_ref import resolve_model
 from ingest.workers.encode import BatchPlan, load_tokenizer
-from ingest.workers.encode._tokenize import bucket_by_length
+from ingest.workers.encode._shapes import bucket_by_length
 
 WORDS = "river stone light paper garden engine winter signal harbor market violin copper".split()
 

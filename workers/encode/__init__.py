@@ -1,8 +1,9 @@
 """The encode pool: one encode worker process per device, a pebble pool of tokenizer
 processes, and a coordinator thread in the parent that feeds them, handles their faults and
 streams results back in input order. Callers use EncodeEngine; the modules behind it:
-_coordinator (the thread), _process and _worker (an encode worker's two sides), _tokenize
-(tokenizer processes), _stream (one call's run), _batches (windows and batches), _messages.
+_coordinator (the thread), _process and _worker (an encode worker's two sides), torch_model (the
+model it runs), _tokenize (tokenizer processes) and word_cache (their word cache, and the chunker's),
+_stream (one call's run), _batches (windows and batches), _shapes (the batch plan and its shapes), _messages.
 
 NOTE (threads in the parent): the coordinator thread owns every worker handle, window and
 batch. Other threads reach it only through thread-safe queues (its event queue, each run's
@@ -62,10 +63,12 @@ import numpy as np
 from ._coordinator import Coordinator
 from ._messages import BatchPlan, EncodeError, Pretokenized, WorkerSpec
 from ._process import plan_devices
+from ._shapes import SHAPES
 from ._stream import EncodeRun
 from ._tokenize import load_tokenizer
 
-__all__ = ["BatchPlan", "EncodeEngine", "EncodeError", "Pretokenized", "WorkerSpec", "load_tokenizer", "plan_devices"]
+__all__ = ["BatchPlan", "EncodeEngine", "EncodeError", "Pretokenized", "SHAPES", "WorkerSpec", "load_tokenizer",
+           "plan_devices"]
 
 # Texts per window (the span sorted by length): 8 batches, at least 512 (longer spans pad less on
 # mixed lengths), at most 4,096 (bounds memory with many windows in flight on a GPU host).

@@ -30,7 +30,7 @@ class Window:
 
     def store(self, batch: Batch, embeddings: np.ndarray) -> None:
         """A batch's rows are back; once all are, the window goes to its run."""
-        self.rows[batch.positions] = embeddings
+        self.rows[batch.positions] = embeddings[:len(batch.positions)]     # past them: a bounded plan's row copies
         self.pending -= 1
         if self.pending == 0:
             self.run.window_done(self.number, self.rows)

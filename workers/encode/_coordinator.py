@@ -24,17 +24,12 @@ from ._messages import (BatchPlan, DevicesFound, EncodeError, EncodeTask, TaskDo
 from ._pipes import WakePipe
 from ._process import EncodeProcess
 from ._stream import EncodeRun
-from ._tokenize import TokenizerPool, bucket_by_length, load_tokenizer
+from ._shapes import bucket_by_length, make_plan
+from ._tokenize import TokenizerPool, load_tokenizer
 from ._worker import fault_hook_active
 
 START_TIMEOUT_S = 600.0          # loading a model may take minutes on a cold disk
-# Batch defaults when the caller leaves them to the device. CPU: up to 64 rows and 3,072 padded
-# tokens, so ~183-token chunks go 16 at a time (bare encode here: 16 beat 32 by 10% on them) and
-# short texts in bigger batches. CUDA: up to 512 rows and 65,536 tokens (~5 ms of H100 work at
-# ~183 tokens, well above eager BERT's launch overhead).
-CPU_BATCH, CPU_TOKENS, GPU_BATCH, GPU_TOKENS = 64, 3072, 512, 65536
 IN_FLIGHT = {"cpu": 2, "cuda": 6}     # batches a worker holds (launched + queued)
-PAD_MULTIPLE = 8                      # on CUDA, or compiled: lengths padded to a multiple of this
 
 
 class Coordinator:
@@ -63,6 +58,7 @@ class Coordinator:
         self._next_id = 0
         self._stats: dict[str, Any] = {"chunks": 0, "batches": 0, "tokenize_s": 0.0, "encode_s": 0.0,
                                        "retries": 0, "splits": 0, "worker_restarts": 0}
+        self._shapes: set[tuple[int, int]] = set()         # (rows, width) of every batch sent
         self._start_failures: dict[int, int] = {}
         self.broken: EncodeError | None = None
         self.dim: int | None = None
@@ -87,7 +83,7 @@ class Coordinator:
 
     def stats(self) -> dict[str, Any]:
         restarts = self._tokenizers.restarts if self._tokenizers is not None else 0
-        return {**self._stats, "tokenizer_restarts": restarts}
+        return {**self._stats, "tokenizer_restarts": restarts, "shapes": len(self._shapes)}
 
     def shutdown(self) -> None:
         """Stop the thread, fail the runs left, stop the workers (finishing batches already sent,
@@ -186,11 +182,8 @@ class Coordinator:
         if self.plan is None:                  # the first worker: its device sizes the batches
             self.dim = msg.dim
             on_gpu = msg.device.startswith("cuda")
-            rows = self._batch_size or (GPU_BATCH if on_gpu else CPU_BATCH)
-            budget = (GPU_TOKENS if on_gpu else CPU_TOKENS) if self._batch_size is None else rows * msg.max_seq_length
-            tokens = self._max_batch_tokens or budget        # a batch_size given alone is taken as it is
-            compiled = any(w.spec.compile for w in self.workers)
-            self.plan = BatchPlan(rows, tokens, msg.max_seq_length, PAD_MULTIPLE if on_gpu or compiled else 1)
+            self.plan = make_plan(msg.device, msg.max_seq_length, self._batch_size, self._max_batch_tokens,
+                                  any(w.spec.compile for w in self.workers), w.spec.batch_shapes)
             if self._auto_tokenizers:          # raw texts on a GPU host: every core tokenizes
                 self.tokenizer_workers = usable_cores() if on_gpu else 1
             self._pad_id = load_tokenizer(self._tokenizer_file, msg.max_seq_length)[1]
@@ -346,6 +339,7 @@ class Coordinator:
             if batch.window.run.stopped or batch.window.run.cut:
                 continue
             texts = tuple(batch.window.texts[p] for p in batch.positions) if self._with_texts else None
+            self._shapes.add(batch.ids.shape)
             w.submit(batch, EncodeTask(batch.id, batch.ids, batch.lengths, texts))
 
     def _sleep(self) -> None:

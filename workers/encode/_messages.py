@@ -38,6 +38,10 @@ class WorkerSpec:
     max_seq_length: int = 0     # the model's (ONNX and null backends; torch reads it from the model)
     dim: int = 0                # the model's embedding dimension (null backend: no model is loaded)
     compile: bool = False       # torch.compile the transformer (torch backend)
+    batch_size: int | None = None           # the caller's batch settings (None: the device's), so that a
+    max_batch_tokens: int | None = None     # worker knows the plan's shapes to warm up
+    batch_shapes: str = "auto"  # "auto", "bounded", "exact" (_shapes NOTE)
+    warm_up: str = "auto"       # run each shape of a bounded plan once at start: "auto" (on CUDA), "always", "never"
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,12 +59,14 @@ class Pretokenized:
 @dataclass(frozen=True)
 class BatchPlan:
     """How windows are cut into batches: rows and padded tokens per batch at most, the model's
-    max length (padding never goes beyond it), and the multiple lengths are padded to (8 on
-    CUDA or when compiled: few shapes; 1 on the CPU, where padding is only cost)."""
+    max length (padding never goes beyond it), the multiple lengths are padded to (32 in a bounded
+    plan; else 8 on CUDA or when compiled; 1 on the CPU, where padding is only cost), and whether the
+    shapes are bounded (_shapes NOTE)."""
     batch_size: int
     max_tokens: int
     max_length: int
     multiple: int = 1
+    bounded: bool = False
 
 
 @dataclass(frozen=True, eq=False)

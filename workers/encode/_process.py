@@ -24,9 +24,10 @@ from ._pipes import MessageReader
 
 def plan_devices(devices: str | Iterable[str] | None, model_path: str, dtype: str | None,
                  normalize: bool, backend: str = "torch", model_file: str = "",
-                 max_seq_length: int = 0, dim: int = 0, compile: bool = False) -> list[WorkerSpec]:
+                 max_seq_length: int = 0, dim: int = 0, compile: bool = False, **batches: Any) -> list[WorkerSpec]:
     """One WorkerSpec per worker; CPU workers split the cores between them. The ONNX and null
-    backends run on the CPU: "auto" means one CPU worker there."""
+    backends run on the CPU: "auto" means one CPU worker there. `batches`: WorkerSpec's batch_size,
+    max_batch_tokens, batch_shapes and warm_up."""
     onnx = backend != "torch"
     auto = ["cpu"] if onnx else ["auto"]
     names = auto if devices in (None, "auto") else [devices] if isinstance(devices, str) else list(devices)
@@ -39,8 +40,8 @@ def plan_devices(devices: str | Iterable[str] | None, model_path: str, dtype: st
     if onnx and any(n != "cpu" for n in names):
         raise ValueError(f"backend {backend!r} runs on the CPU; use backend \"torch\" for CUDA devices")
     threads = max(1, usable_cores() // max(1, sum(n in ("auto", "cpu") for n in names)))
-    return [WorkerSpec(model_path, name, dtype, threads, normalize, backend, model_file, max_seq_length, dim, compile)
-            for name in names]
+    return [WorkerSpec(model_path, name, dtype, threads, normalize, backend, model_file, max_seq_length, dim, compile,
+                       **batches) for name in names]
 
 
 class EncodeProcess:

@@ -7,6 +7,11 @@ max_length=the model's max_seq_length, special tokens added, right side), so the
 are the ones SentenceTransformer.encode would feed the model. The tokenizer.json's own
 truncation and padding settings are replaced, as the fast tokenizer does per call.
 
+For a tokenizer additive over whitespace (word_cache NOTE), each process keeps a word cache: a window's
+ids are gathered word by word, each distinct word tokenized once, the same ids as encode_batch's at
+several times its speed (bench/tokenize.py); any other tokenizer, or a window the cache path raises
+on, goes through encode_batch.
+
 A text the tokenizer rejects (a lone surrogate such as "\\ud800" is not a Rust string) fails the
 whole encode_batch: the window is then tokenized text by text in the same task, and the texts it
 rejects come back by position with the error, so each costs only itself. Such an error is
@@ -27,10 +32,13 @@ from pebble import ProcessExpired, ProcessPool
 
 from ..failure import Failure
 from ..spawn import SHIELDED, watch_parent
-from ._messages import BatchPlan, TokenBatch, TokenizedWindow
+from ._messages import BatchPlan, TokenizedWindow
+from ._shapes import bucket_by_length
+from .word_cache import exact_words
 
 _tokenizer = None
 _pad_id = 0
+_words = None                                  # texts -> (flat ids, lengths) from a word cache, or None
 
 
 def load_tokenizer(tokenizer_file: str, max_length: int):
@@ -49,23 +57,27 @@ def init_tokenizer_process(tokenizer_file: str, max_length: int, threads: int) -
     """pebble initializer of each tokenizer process. threads > 1 lets encode_batch run on that
     many cores (feeding a GPU needs several: one core tokenizes ~3,500 chunks of 183 tokens
     a second); 1 when the encode workers compute on the CPU, to leave the cores to them."""
-    global _tokenizer, _pad_id
+    global _tokenizer, _pad_id, _words
     watch_parent("tokenize")
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
     os.environ["RAYON_NUM_THREADS"] = str(threads)       # read when the first batch is encoded
     _tokenizer, _pad_id = load_tokenizer(tokenizer_file, max_length)
+    _words = exact_words(tokenizer_file, _tokenizer, max_length)
 
 
 def tokenize_window(texts: list[str], plan: BatchPlan) -> TokenizedWindow:
     """pebble task: tokenize a window and cut it into batches of similar length."""
     started = time.perf_counter()
+    kept, rejected = None, ()
     try:
-        ids = [enc.ids for enc in _tokenizer.encode_batch(texts)]
-        kept, rejected = None, ()
-    except Exception:                           # some text is refused: find it (module docstring)
-        ids, kept, rejected = _one_by_one(texts)
-    lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
-    flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
+        flat, lengths = _words(texts)
+    except Exception:                           # no word cache (None), or a text it cannot take: the tokenizer
+        try:
+            ids = [enc.ids for enc in _tokenizer.encode_batch(texts)]
+        except Exception:                       # some text is refused: find it (module docstring)
+            ids, kept, rejected = _one_by_one(texts)
+        lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+        flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
     batches = bucket_by_length(flat, lengths, _pad_id, plan)
     if kept is not None:                        # positions among the kept texts -> in the window
         batches = tuple(replace(b, positions=kept[b.positions]) for b in batches)
@@ -82,32 +94,6 @@ def _one_by_one(texts: list[str]) -> tuple[list[list[int]], np.ndarray, tuple[tu
         except Exception as exc:
             rejected.append((position, " ".join(f"{type(exc).__name__}: {exc}".split())[:200]))
     return ids, np.array(kept, dtype=np.int32), tuple(rejected)
-
-
-def bucket_by_length(flat: np.ndarray, lengths: np.ndarray, pad_id: int, plan: BatchPlan) -> tuple[TokenBatch, ...]:
-    """Sort rows longest first (stable) and cut them into batches: each padded to its longest row
-    rounded up to a multiple of plan.multiple (within the model's max length), with at most
-    plan.batch_size rows and plan.max_tokens padded tokens. With a multiple of 8, batches come in
-    few shapes, and a compiled model reuses them. `flat` holds the rows' ids one after another."""
-    starts = np.zeros(len(lengths), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    order = np.argsort(-lengths, kind="stable").astype(np.int32)
-    last = max(len(flat) - 1, 0)
-    batches, i = [], 0
-    while i < len(order):
-        longest = int(lengths[order[i]])
-        width = -(-longest // plan.multiple) * plan.multiple
-        if width > plan.max_length:
-            width = longest
-        rows = order[i:i + max(1, min(plan.batch_size, plan.max_tokens // max(width, 1)))]
-        row_lengths = lengths[rows]
-        column = np.arange(width)
-        mask = column < row_lengths[:, None]
-        index = np.minimum(starts[rows][:, None] + column, last)
-        padded = np.where(mask, flat[index] if len(flat) else 0, pad_id).astype(np.int32)
-        batches.append(TokenBatch(positions=rows, ids=padded, lengths=row_lengths))
-        i += len(rows)
-    return tuple(batches)
 
 
 class TokenizerPool:

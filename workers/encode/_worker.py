@@ -1,10 +1,11 @@
 """Encode worker process: loads the model itself and embeds pre-tokenized batches.
 
 The model is loaded from the resolved local directory in this process (never pickled
-through a pipe). Each batch runs the model's own modules on the features (input_ids,
-attention_mask, and token_type_ids when the tokenizer has them) under
-torch.inference_mode, like SentenceTransformer.encode minus its tokenization. On CUDA, the
-next batch is pinned, copied and launched while the current one computes (_Runner).
+through a pipe), by torch_model: a BERT encoder in torch alone (no sentence-transformers import),
+any other model through SentenceTransformer's modules; either way under torch.inference_mode, like
+SentenceTransformer.encode minus its tokenization. On CUDA, the next batch is pinned, copied and
+launched while the current one computes (_Runner). At start, a worker runs one small batch, or with a
+bounded plan on CUDA (warm_up) each of the plan's shapes once, with and without a mask (_shapes NOTE).
 torch is imported inside functions only: the parent imports this module for `main`. With an
 ONNX backend the worker runs OnnxRunner, with the null backend NullRunner (constant rows, no
 model), and neither imports torch or sentence-transformers.
@@ -30,6 +31,7 @@ from ..failure import Failure
 from ..spawn import watch_parent
 from ._messages import (DevicesFound, EncodeTask, TaskDone, TaskFailed, TaskStarted, WorkerReady,
                         WorkerSpec)
+from ._shapes import make_plan, plan_shapes
 
 FAULT_ENV = "INGEST_FAULT"
 CUDA_HOST_THREADS = 2
@@ -91,7 +93,8 @@ class _Runner:
 
     def __init__(self, spec: WorkerSpec, device: str):
         import torch
-        from sentence_transformers import SentenceTransformer
+
+        from .torch_model import load
 
         self.torch = torch
         self.cuda = device.startswith("cuda")
@@ -103,28 +106,19 @@ class _Runner:
         # On CUDA the host side only launches kernels: CUDA_HOST_THREADS keeps torch off the cores
         # that loaders and tokenizers need.
         torch.set_num_threads(CUDA_HOST_THREADS if self.cuda else spec.threads)
-        _quiet_transformers()
-        model = SentenceTransformer(spec.model_path, device=device)
-        dtype = spec.dtype or ("float16" if self.cuda else "float32")
-        self.model = model.to(getattr(torch, dtype)).eval()
+        self.model = load(spec.model_path, device, getattr(torch, spec.dtype or ("float16" if self.cuda else "float32")))
         if spec.compile:
-            # Batches come in few shapes (lengths padded to a multiple of 8), so compiled graphs are reused.
-            # sentence-transformers calls the transformer's forward by name: compile that.
-            transformer = model[0].auto_model
-            transformer.forward = torch.compile(transformer.forward, dynamic=None)
+            self.model.compile()        # bounded shapes (_shapes NOTE): compiled graphs are reused
         self.normalize = spec.normalize
-        names = getattr(getattr(model[0], "tokenizer", None), "model_input_names", None)
-        self.wants_token_types = names is None or "token_type_ids" in names
-        dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-        self.dim = int(dim_of())
-        self.max_seq_length = int(model.max_seq_length)
+        self.dim, self.max_seq_length = self.model.dim, self.model.max_seq_length
 
     def launch(self, task: EncodeTask):
         torch = self.torch
+        full = bool((task.lengths == task.ids.shape[1]).all())     # known on the host: no sync
         ids, lengths = torch.from_numpy(task.ids), torch.from_numpy(task.lengths)
         with torch.inference_mode():
             if not self.cuda:
-                return self._forward(ids, lengths), None
+                return self._forward(ids, lengths, full), None
             with torch.cuda.stream(self.copy_stream):
                 ids = ids.pin_memory().to(self.device, non_blocking=True)
                 lengths = lengths.pin_memory().to(self.device, non_blocking=True)
@@ -132,22 +126,16 @@ class _Runner:
             compute.wait_stream(self.copy_stream)
             ids.record_stream(compute)          # allocated on the copy stream, used on this one
             lengths.record_stream(compute)
-            out = self._forward(ids, lengths)
+            out = self._forward(ids, lengths, full)
             host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
             host.copy_(out, non_blocking=True)
             done = torch.cuda.Event()
             done.record(compute)
             return host, done
 
-    def _forward(self, ids, lengths):
-        torch = self.torch
-        ids = ids.long()
-        mask = (torch.arange(ids.shape[1], device=ids.device)[None, :] < lengths[:, None]).long()
-        features = {"input_ids": ids, "attention_mask": mask}
-        if self.wants_token_types:
-            features["token_type_ids"] = torch.zeros_like(ids)
-        out = self.model(features)["sentence_embedding"].float()
-        return torch.nn.functional.normalize(out, p=2, dim=1) if self.normalize else out
+    def _forward(self, ids, lengths, full: bool):
+        out = self.model.embed(ids.long(), lengths, full).float()
+        return self.torch.nn.functional.normalize(out, p=2, dim=1) if self.normalize else out
 
     def collect(self, handle) -> np.ndarray:
         out, done = handle
@@ -207,16 +195,6 @@ class OnnxRunner(_Synchronous):
         return self.model.embed(task.ids, task.lengths, self.normalize)
 
 
-def _quiet_transformers() -> None:
-    """No "Loading weights" progress bar from every worker on the caller's terminal."""
-    try:
-        from transformers.utils import logging
-
-        logging.disable_progress_bar()
-    except ImportError:
-        pass
-
-
 def _keep_freed_memory() -> None:
     """glibc serves each allocation over its mmap threshold (128 KiB at first) with fresh pages: a CPU
     batch's activations (up to ~25 MB at 3,072 tokens) then cost a page fault per 4 KiB at every op,
@@ -242,8 +220,8 @@ def main(spec: WorkerSpec, inbox: Connection, outbox: Connection) -> None:
         where = f"encode worker {device}"
         runner = (_Runner(spec, device) if spec.backend == "torch" else NullRunner(spec) if spec.backend == "null"
                   else OnnxRunner(spec))
-        warm_up = EncodeTask(-1, ids=np.zeros((1, 2), np.int32), lengths=np.array([2], np.int32), texts=None)
-        runner.collect(runner.launch(warm_up))   # first-call costs count as start-up
+        for task in warm_up_tasks(spec, device, runner.max_seq_length):
+            runner.collect(runner.launch(task))  # first-call costs count as start-up
     except BaseException as exc:
         outbox.send(Failure(where, f"failed to start: {type(exc).__name__}: {exc}", pid=os.getpid(),
                             traceback=traceback.format_exc()))
@@ -256,6 +234,20 @@ def main(spec: WorkerSpec, inbox: Connection, outbox: Connection) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)            # skip the interpreter's teardown of torch (~1 s): nothing is left to save
+
+
+def warm_up_tasks(spec: WorkerSpec, device: str, max_seq_length: int) -> list[EncodeTask]:
+    """What a worker runs before it reports ready: each shape of its bounded plan with a mask and
+    without one (spec.warm_up "always", or "auto" on CUDA), else one small batch."""
+    plan = make_plan(device, max_seq_length, spec.batch_size, spec.max_batch_tokens, spec.compile, spec.batch_shapes)
+    warm = spec.warm_up == "always" or (spec.warm_up == "auto" and device.startswith("cuda"))
+    tasks = []
+    for rows, width in plan_shapes(plan) if warm else ():
+        for last in (1, width):                          # a masked batch, then one that needs no mask
+            lengths = np.full(rows, width, np.int32)
+            lengths[-1] = last
+            tasks.append(EncodeTask(-1, np.zeros((rows, width), np.int32), lengths, None))
+    return tasks or [EncodeTask(-1, ids=np.zeros((1, 2), np.int32), lengths=np.array([2], np.int32), texts=None)]
 
 
 def _resolve_device(spec: WorkerSpec, outbox: Connection) -> str:

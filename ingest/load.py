@@ -30,15 +30,17 @@ import os
 import time
 import traceback
 from collections import deque
+from itertools import chain, islice
 from dataclasses import dataclass, replace
 from concurrent.futures import Future
 from importlib import import_module
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from ingest import remote
 from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, section_chunks
 from ingest.config import ConfigError
+from ingest.doc_card import FIRST_PAGES, make_card
 from ingest.files import FileRef, Finished, Outcome, Times
 from ingest.store.manifest import Entry
 from ingest.sections import Doc, Outline, document_title, page_sections
@@ -205,15 +207,29 @@ def _chunked(task: LoadTask, pages: Iterable[Page], doc: Doc | None, headings: t
     chunks: list[PageChunks] = []
     ocr = []
     chunk_s = 0.0
+    if doc is None:                     # the file's first part: its card from its first pages
+        pages = iter(pages)
+        first = list(islice(pages, FIRST_PAGES))
+        doc = file_doc(task, first)
+        pages = chain(first, pages)
     for page in pages:
-        doc = doc or Doc(task.source, document_title(page, task.source))
         if page.needs_ocr:
             ocr.append((page.number, outline.path))
         else:
             start = time.perf_counter()
             chunks.extend(section_chunks(s, task.spec, doc) for s in page_sections(page, outline))
             chunk_s += time.perf_counter() - start
-    return tuple(chunks), tuple(ocr), doc or Doc(task.source, document_title(Page(None, ""), task.source)), chunk_s
+    return tuple(chunks), tuple(ocr), doc, chunk_s
+
+
+def file_doc(task: LoadTask, first: list[Page]) -> Doc:
+    """The file's Doc: its title and its card (ingest/doc_card.py), read from its first pages."""
+    page = first[0] if first else Page(None, "")
+    title = document_title(page, task.source)
+    running = [t for p in first for t in p.running]
+    card = make_card([p.text for p in first], "" if title == PurePosixPath(task.source).name else title,
+                     dict(page.meta), task.fmt, running)
+    return Doc(task.source, title, card.to_json(), card.label() if task.spec.card_context else "")
 
 
 def task_failure(where: str, exc: BaseException) -> Failure:
@@ -377,7 +393,8 @@ class Pages:
         self.ended = True
         outcome = Outcome("ingested" if chunks else "empty", None if chunks else self._no_text(), chunks,
                           self.ocr_pages, tuple(self.warnings), self.times, self.junk)
-        return Finished(self.ref, outcome, pages, self.old_hash, record=True, start=self.start)
+        return Finished(self.ref, outcome, pages, self.old_hash, record=True, start=self.start,
+                        card=self.doc.card if self.doc else "")
 
     def fail(self, error: str) -> Finished:
         """The file's last part as a failure: rows of its parts handed on are removed, its last good version

@@ -25,7 +25,11 @@ import json
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
 from typing import Any, Iterable, Sequence
+
+from ingest.loaders import Page
+from ingest.sections import Doc, document_title
 
 FIRST_PAGES = 4                 # pages read for the card
 PAGE_CHARS = 6_000              # characters of each looked at
@@ -114,6 +118,16 @@ class Card:
             parts.append(self.orgs[0] + (f" ({', '.join(self.short[:3])})" if self.short else ""))
         parts += [p for p in (self.kind, self.period) if p]
         return " ".join(parts)
+
+
+def file_doc(source: str, fmt: str, first: list[Page], label: bool = True) -> Doc:
+    """A file's Doc from its first pages: its title and its card (with the card's label for the context line
+    unless `label` is False)."""
+    page = first[0] if first else Page(None, "")
+    title = document_title(page, source)
+    card = make_card([p.text for p in first], "" if title == PurePosixPath(source).name else title,
+                     dict(page.meta), fmt, [t for p in first for t in p.running])
+    return Doc(source, title, card.to_json(), card.label() if label else "")
 
 
 def make_card(texts: Sequence[str], title: str = "", meta: dict[str, str] | None = None, fmt: str = "",

@@ -34,16 +34,16 @@ from itertools import chain, islice
 from dataclasses import dataclass, replace
 from concurrent.futures import Future
 from importlib import import_module
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from ingest import remote
 from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, section_chunks
 from ingest.config import ConfigError
-from ingest.doc_card import FIRST_PAGES, make_card
+from ingest.doc_card import FIRST_PAGES, file_doc
 from ingest.files import FileRef, Finished, Outcome, Times
 from ingest.store.manifest import Entry
-from ingest.sections import Doc, Outline, document_title, page_sections
+from ingest.sections import Doc, Outline, page_sections
 from ingest.sniff import sniff
 from ingest.loaders import LoaderError, LoaderOptions, Page, Unsupported, formats, loader_for, pool_for
 from ingest.loaders import pdf as pdf_loader, text as text_loader
@@ -207,11 +207,10 @@ def _chunked(task: LoadTask, pages: Iterable[Page], doc: Doc | None, headings: t
     chunks: list[PageChunks] = []
     ocr = []
     chunk_s = 0.0
-    if doc is None:                     # the file's first part: its card from its first pages
+    if doc is None:                     # the file's first part: its title and card from its first pages
         pages = iter(pages)
         first = list(islice(pages, FIRST_PAGES))
-        doc = file_doc(task, first)
-        pages = chain(first, pages)
+        doc, pages = file_doc(task.source, task.fmt, first, task.spec.card_context), chain(first, pages)
     for page in pages:
         if page.needs_ocr:
             ocr.append((page.number, outline.path))
@@ -220,16 +219,6 @@ def _chunked(task: LoadTask, pages: Iterable[Page], doc: Doc | None, headings: t
             chunks.extend(section_chunks(s, task.spec, doc) for s in page_sections(page, outline))
             chunk_s += time.perf_counter() - start
     return tuple(chunks), tuple(ocr), doc, chunk_s
-
-
-def file_doc(task: LoadTask, first: list[Page]) -> Doc:
-    """The file's Doc: its title and its card (ingest/doc_card.py), read from its first pages."""
-    page = first[0] if first else Page(None, "")
-    title = document_title(page, task.source)
-    running = [t for p in first for t in p.running]
-    card = make_card([p.text for p in first], "" if title == PurePosixPath(task.source).name else title,
-                     dict(page.meta), task.fmt, running)
-    return Doc(task.source, title, card.to_json(), card.label() if task.spec.card_context else "")
 
 
 def task_failure(where: str, exc: BaseException) -> Failure:

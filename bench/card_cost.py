@@ -43,6 +43,8 @@ def main() -> int:
     for p in sorted(args.pdfs.glob("*.pdf"))[:args.files]:
         shutil.copy2(p, docs / p.name)
     pages = sum(pymupdf.open(p).page_count for p in docs.glob("*.pdf"))
+    if not pages:
+        raise SystemExit(f"no PDFs in {args.pdfs}; pass --pdfs DIR")
     cfg = work / "config.toml"
     cfg.write_text("[cache]\nvectors_mb = 0\n")
     per: dict[str, list[float]] = {"old": [], "new": []}

@@ -33,6 +33,7 @@ from ingest.sections import Doc, document_title
 
 FIRST_PAGES = 4                 # pages read for the card
 PAGE_CHARS = 6_000              # characters of each looked at
+PERIOD_CHARS = 8_000            # characters of them where the period is looked for
 MAX_ORGS = 3
 MAX_SHORT = 6
 
@@ -59,9 +60,12 @@ _SUFFIX = (r"Inc\.?|Corporation|Corp\.?|Company|Co\.|Companies|Ltd\.?|Limited|LL
            r"Institut|Laboratory|Laboratories|Foundation|Agency|Ministry|Association")
 _CAP = r"(?:[A-Z&][\w&'’.\-]*|of|and|de|du|des|der|für|the|y|&)"
 _ORG_RE = re.compile(rf"\b((?:The\s+)?[A-Z][\w&'’.\-]*(?:[ \t]+{_CAP}){{0,6}}?,?[ \t]+(?i:{_SUFFIX}))(?![\w])(?![ \t]+(?:of|for|de|für)\b)")
+_SPACES = str.maketrans({c: " " for c in "\xa0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u3000"})
+_HAS_SUFFIX = re.compile(rf"(?i:\b(?:{_SUFFIX}))(?!\w)")
+_OPENS = re.compile(r"\((?:[^)]{0,60}?, )?(?:collectively,? )?(?:the\s+)?[“\"']")
 _ORG_INST = re.compile(r"\b((?:University|Universität|Université|Universidad|Institute|Institut)[ \t]+(?:of|for|de|für)"
                        r"[ \t]+[A-Z][\w\-]*(?:[ \t]+(?:[A-Z][\w\-]*|of|and))*)")
-_REGISTRANT = re.compile(r"([^\n()]{3,120}?)\s*\(\s*exact name of (?:the )?registrant", re.I)
+_REGISTRANT = re.compile(r"\(\s*exact name of (?:the )?registrant", re.I)
 _DEFINED = re.compile(r"([A-Z][\w&'’.,\- ]{2,80}?)\s*\((?:together with [^)]{0,60}?, )?(?:collectively,? )?"
                       r"(?:the\s+|“|\"|')+([^”\"')]{2,30})[”\"']")
 _MEAN = re.compile(r"(?:terms?|references to)\s+((?:[“\"][^”\"]{1,40}[”\"],?\s*(?:or|and)?\s*)++)"
@@ -69,7 +73,7 @@ _MEAN = re.compile(r"(?:terms?|references to)\s+((?:[“\"][^”\"]{1,40}[”\"]
 _TICKER = re.compile(r"\((?:NYSE|Nasdaq|NASDAQ|NYSE American|LSE|TSX|ASX|Euronext|XETRA|SIX)\s*:\s*([A-Z][A-Z.]{0,5})\)")
 _SYMBOL = re.compile(r"(?<![\w.])([A-Z]{2,5})\s+(?:The\s+)?(?:New York Stock Exchange|NYSE|Nasdaq|NASDAQ|"
                      r"Chicago Stock Exchange|Cboe)")
-_NOT_ORG = re.compile(r"^(?:the )?(?:company|registrant|securities and exchange commission|united states|"
+_NOT_ORG = re.compile(r"^(?:the |our |its |this )?(?:company|registrant|securities and exchange commission|united states|"
                       r"form|table of contents|annual report|quarterly report)\b", re.I)
 _GENERIC_SHORT = {"company", "we", "us", "our", "registrant", "corporation", "group", "agreement", "act", "notes",
                   "plan", "board", "exchange act", "securities act", "sec", "issuer", "parent", "bank"}
@@ -135,12 +139,12 @@ def make_card(texts: Sequence[str], title: str = "", meta: dict[str, str] | None
     """The card of a document from its first pages' texts, its title, its metadata (subject, author,
     keywords, created) and the lines repeating on its pages (`running`)."""
     meta = meta or {}
-    head = "\n".join(t[:PAGE_CHARS] for t in texts)
+    head = "\n".join(t[:PAGE_CHARS] for t in texts).translate(_SPACES)
     run = "\n".join(dict.fromkeys(running))
     flat = " ".join(head.split())
     orgs, short = _orgs(head, flat, run, meta.get("author", ""))
     kind = _kind(flat, fmt, " ".join((title, meta.get("subject", ""), meta.get("keywords", ""))))
-    year, quarter, date = _period(flat, " ".join((meta.get("subject", ""), title)), kind)
+    year, quarter, date = _period(flat[:PERIOD_CHARS], " ".join((meta.get("subject", ""), title)), kind)
     return Card(" ".join(title.split())[:200], tuple(orgs[:MAX_ORGS]), tuple(short[:MAX_SHORT]), kind, year, quarter, date)
 
 
@@ -185,16 +189,17 @@ def _orgs(head: str, flat: str, run: str, author: str) -> tuple[list[str], list[
         votes[key] += weight
         return key
 
-    for m in _REGISTRANT.finditer(head):
-        line = m.group(1).strip()
-        line = re.split(r"\s{2,}|\d{3,}", line)[-1] if line else line
-        vote(line, 10)
+    for m in _REGISTRANT.finditer(head):         # the name right before "(Exact name of registrant ...)"
+        line = next((s.strip() for s in reversed(re.split(r"[\n()]", head[max(0, m.start() - 120):m.start()]))
+                     if s.strip()), "")
+        vote(re.split(r"\s{2,}|\d{3,}", line)[-1] if line else line, 10)
     for m in _MEAN.finditer(flat):
         key = vote(m.group(2), 6)
         if key:
             owned += [(key, s) for s in re.findall(r"[“\"]([^”\"]{1,40})[”\"]", m.group(1))
                       if s.strip(" ,").lower() not in _GENERIC_SHORT and _key(s) != key]
-    for m in _DEFINED.finditer(flat):
+    defining = [flat[max(0, m.start() - 90):m.end() + 40] for m in _OPENS.finditer(flat)]   # near '("' only
+    for m in (d for window in defining for d in _DEFINED.finditer(window)):
         tail = _ORG_RE.search(m.group(1))
         defined = m.group(2).strip(" ,")
         if tail and defined.lower() not in _GENERIC_SHORT:
@@ -202,11 +207,11 @@ def _orgs(head: str, flat: str, run: str, author: str) -> tuple[list[str], list[
                 owned.append((key, defined))
         elif tail:
             vote(tail.group(1), 3)
-    for text, weight in ((head, 1), (run, 2)):
-        for m in _ORG_RE.finditer(text):
-            vote(m.group(1), weight)
-        for m in _ORG_INST.finditer(text):
-            vote(m.group(1), weight)
+    for text, weight in ((head, 1), (run, 2)):           # each distinct name cleaned once; lines with a suffix only
+        lines = [ln for ln in text.splitlines() if _HAS_SUFFIX.search(ln)]
+        found = Counter(m.group(1) for ln in lines for rx in (_ORG_RE, _ORG_INST) for m in rx.finditer(ln))
+        for raw, n in found.items():
+            vote(raw, weight * n)
     if author and _ORG_RE.fullmatch(author.strip()):
         vote(author, 2)
     # a name and its longer form ("Verizon" in "Verizon Communications Inc.") are one organisation

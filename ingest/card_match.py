@@ -32,6 +32,9 @@ from typing import Mapping
 from ingest.doc_card import Card, name_words
 
 ORG, PERIOD, KIND = 0.5, 0.35, 0.15      # weights of the parts a question names
+OTHER_YEAR = 0.5                         # a card of a year asked, not the latest asked
+YEAR_FOR_QUARTER = 0.8                   # the annual report of a quarter's year
+OTHER_QUARTER = 0.3                      # another quarter's report of that year
 
 _WORD = re.compile(r"[^\W_]+")
 _YEAR = re.compile(r"(?<![\d.$])(?:FY\s*'?)?((?:19|20)\d\d)(?![\d%])|\bFY\s*'?(\d\d)\b", re.I)
@@ -130,9 +133,9 @@ def period_score(a: Asked, card: Card, years: list[int], newest: int | None) -> 
             return (1.0 if card.quarter == a.quarter else 0.0) if card.quarter else None
         if year != qy:
             return 0.0
-        return 1.0 if card.quarter == a.quarter else 0.3 if card.quarter else 0.8
+        return 1.0 if card.quarter == a.quarter else OTHER_QUARTER if card.quarter else YEAR_FOR_QUARTER
     if years:
-        return 1.0 if year == max(years) else 0.5 if year in years else 0.0
+        return 1.0 if year == max(years) else OTHER_YEAR if year in years else 0.0
     if a.latest and newest is not None:
         return 1.0 if year == newest else 0.0
     return None

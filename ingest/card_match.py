@@ -31,7 +31,7 @@ from typing import Mapping
 
 from ingest.doc_card import Card, name_words
 
-ORG, PERIOD, KIND = 0.5, 0.35, 0.15      # weights of the parts a question names
+ORG, PERIOD, KIND = 0.4, 0.45, 0.15      # weights of the parts a question names (a year tells a company's filings apart)
 OTHER_YEAR = 0.5                         # a card of a year asked, not the latest asked
 YEAR_FOR_QUARTER = 0.8                   # the annual report of a quarter's year
 OTHER_QUARTER = 0.3                      # another quarter's report of that year

@@ -71,6 +71,7 @@ class ChunkSpec:
     overlap_tokens: int
     context_tokens: int = 0          # the context line's tokens embedded before each chunk (0: none)
     skip_junk: bool = False          # skip non-language chunks (ingest.sections.is_junk)
+    card_context: bool = True        # the document card's label in the context line (ingest/doc_card.py)
 
     @property
     def limit(self) -> int:          # room left after [CLS] and [SEP]
@@ -162,7 +163,7 @@ def _context_ids(tokens: _Tokens, doc: Doc, headings: tuple[str, ...], room: int
         return None
     title, path = doc.title, headings
     while True:
-        line = context_line(doc.source, title, path)
+        line = context_line(doc.source, title, path, doc.label)
         enc = tokens.plain.encode(line, add_special_tokens=False)
         if len(enc.ids) <= room or (not title and len(path) <= 1):
             break

@@ -72,6 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="print one JSON object: metrics and per-question results")
     ev.add_argument("--no-doc-rank", dest="doc_rank", action="store_false",
                     help="dense hits in plain similarity order, not ranked towards the documents a query names")
+    ev.add_argument("--no-card-rank", dest="card_rank", action="store_false",
+                    help="rank towards the documents a query names by their file names only, not their cards")
+    ev.add_argument("--hide-names", action="store_true",
+                    help="the store holds the documents under meaningless names (ingest.evaluate.hide_names): "
+                         "map each question's source to its hidden name")
     ev.add_argument("--compare", type=Path, metavar="OTHER.json",
                     help="also show each metric's and each question's rank change since an earlier --json output")
     return p
@@ -224,7 +229,8 @@ def _eval(args: argparse.Namespace) -> int:
     if args.k < 1:
         raise _UserError(f"-k must be at least 1, got {args.k}")
     result, note = evaluate(cfg["store"]["uri"], cfg["store"]["collection"], args.questions, args.mode or DEFAULT_MODE,
-                            args.k, model=args.model, doc_rank=args.doc_rank)
+                            args.k, model=args.model, doc_rank=args.doc_rank, hide_names=args.hide_names,
+                            cards=args.card_rank)
     change = compare(result, args.compare) if args.compare else None
     if note:
         print(note, file=sys.stderr)

@@ -24,7 +24,8 @@ DEFAULTS: dict[str, Any] = {
     "model": {"name": "default", "backend": "auto", "devices": "auto", "dtype": "auto", "batch_size": "auto",
               "max_batch_tokens": "auto", "compile": False, "tokenizer_workers": "auto", "timeout_s": 300.0,
               "max_attempts": 3, "batch_shapes": "auto", "warm_up": "auto"},
-    "chunking": {"chunk_tokens": 200, "overlap_tokens": 30, "context_tokens": 48, "skip_junk": True},
+    "chunking": {"chunk_tokens": 200, "overlap_tokens": 30, "context_tokens": 48, "skip_junk": True,
+                 "card_context": True},
     "store": {"uri": "./ingest.db", "collection": "documents", "batch_size": 512, "timeout_s": 60.0,
               "writers": 1},
     "cache": {"vectors_mb": 512, "path": "auto"},
@@ -168,7 +169,7 @@ def chunk_spec(cfg: dict[str, Any], model: ModelRef) -> ChunkSpec:
     """How the chunker cuts text for `model`, from a loaded config."""
     ch = cfg["chunking"]
     return ChunkSpec(model.tokenizer_file, model.max_seq_length, ch["chunk_tokens"], ch["overlap_tokens"],
-                     ch["context_tokens"], ch["skip_junk"])
+                     ch["context_tokens"], ch["skip_junk"], ch["card_context"])
 
 
 def ocr_options(cfg: dict[str, Any]) -> OcrOptions:

@@ -1,5 +1,6 @@
 """Document-aware ranking: a question that names its document (company, year, form: "3M's FY2018 10-K ...")
-favours the chunks of the documents whose names say the same.
+favours the chunks of the documents whose cards (who, what kind, when: read from their own text,
+ingest/doc_card.py, matched by ingest/card_match.py) or names say the same.
 
 NOTE (what is matched, and why it never filters):
 - A document's name parts are the words of its file name's stem, lowercased ("AMERICANEXPRESS_2022_10K"
@@ -12,6 +13,9 @@ NOTE (what is matched, and why it never filters):
 - A document's match is the share of its name's weight that the question names, a part weighing its
   inverse document frequency among the candidates' documents: a part every candidate shares ("10k")
   tells none of them apart and weighs nothing.
+- A document's match is the better of its card's (ingest/card_match.py: organisation, kind, period) and its
+  name's, so a file named "scan_0012.pdf" is found by what it says, and one without a card (stored before
+  cards) by its name.
 - The dense candidates (CANDIDATES, however small k) are reranked by score + WEIGHT x match. A question that
   names nothing adds 0 everywhere and keeps the dense order; a named document is favoured, never the only
   one allowed.
@@ -21,7 +25,10 @@ from __future__ import annotations
 import math
 import re
 from pathlib import PurePosixPath
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
+
+from ingest.card_match import card_matches
+from ingest.doc_card import Card
 
 CANDIDATES = 100      # dense hits reranked (at least k)
 WEIGHT = 0.1          # a full name match is worth this much cosine similarity
@@ -57,9 +64,10 @@ def named(query: str, parts: dict[str, tuple[str, ...]]) -> set[str]:
     return {w for w, pieces in parts.items() if says(w) or (len(pieces) > 1 and all(says(p) for p in pieces))}
 
 
-def rerank(query: str, hits: Sequence[dict[str, Any]], k: int) -> list[dict[str, Any]]:
-    """The k best of `hits` (dense, best first) by score + WEIGHT x the named share of their document's name;
-    each hit's `score` stays the dense one."""
+def rerank(query: str, hits: Sequence[dict[str, Any]], k: int,
+           cards: Mapping[str, Card] | None = None) -> list[dict[str, Any]]:
+    """The k best of `hits` (dense, best first) by score + WEIGHT x the better of their document's card match
+    (`cards` by source) and the named share of its name; each hit's `score` stays the dense one."""
     names = {h["source"]: name_parts(h["source"]) for h in hits}
     docs = len(names)
     counts: dict[str, int] = {}
@@ -71,5 +79,8 @@ def rerank(query: str, hits: Sequence[dict[str, Any]], k: int) -> list[dict[str,
     for source, parts in names.items():
         total = sum(weight[p] for p in parts)
         share[source] = sum(weight[p] for p in named(query, parts)) / total if total else 0.0
+    if cards:
+        by_card = card_matches(query, {s: cards[s] for s in names if s in cards})
+        share = {s: max(v, by_card.get(s, 0.0)) for s, v in share.items()}
     ranked = sorted(range(len(hits)), key=lambda i: -(hits[i]["score"] + WEIGHT * share[hits[i]["source"]]))
     return [hits[i] for i in ranked[:k]]

@@ -8,15 +8,22 @@ Page metrics and MRR count only the questions that name pages. The questions are
 (one model load), then searched one by one. A source no chunk of the collection comes from (a typo, a file
 not ingested) still scores its questions as misses, and is named in a warning and in `missing_sources`.
 
+`--hide-names`: the collection was ingested from a copy of the documents under meaningless names
+(`hide_names`: "scan_<8 digits>.pdf", from a hash of the file name), so that nothing can find a document by
+its name; each question's source is mapped to its hidden name.
+
 `--compare OTHER.json` (an earlier `ingest eval --json`) adds each metric's change and, per question (matched
 by question and source), its rank there and here: the rank of its first page hit, or of its first doc hit
 for a question without pages, a miss past the hits searched. Wins moved up, losses moved down.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Sequence
 
 from ingest.search import Searcher, same_doc
@@ -36,6 +43,31 @@ class Question:
     question: str
     source: str
     pages: tuple[int, ...]       # () when the question names none
+
+
+def hidden_name(source: str) -> str:
+    """A meaningless name for the file `source` names, as a scanner would give it: "scan_<8 digits>" (from a
+    hash of its file name) with its extension, in the same folder; the same file name always gets the same."""
+    path = PurePosixPath(source.replace("\\", "/"))
+    number = int(hashlib.sha256(path.name.encode()).hexdigest(), 16) % 10 ** 8
+    return str(path.with_name(f"scan_{number:08d}{path.suffix}"))
+
+
+def hide_names(folder: Path, into: Path) -> dict[str, str]:
+    """Copy every file under `folder` into `into` under its hidden_name (a hard link where it can, else a copy;
+    an existing copy is kept); {source: hidden source}, sources relative to `folder`."""
+    out = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        source = path.relative_to(folder).as_posix()
+        target = into / hidden_name(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            try:
+                os.link(path, target)
+            except OSError:
+                shutil.copy2(path, target)
+        out[source] = hidden_name(source)
+    return out
 
 
 def load_questions(path: Path) -> list[Question]:
@@ -96,15 +128,20 @@ def is_miss(r: dict[str, Any]) -> bool:
 
 
 def evaluate(uri: str, collection: str, path: Path, mode: str, k: int = 10,
-             model: str | None = None, doc_rank: bool = True) -> tuple[dict[str, Any], str]:
+             model: str | None = None, doc_rank: bool = True, hide_names: bool = False,
+             cards: bool = True) -> tuple[dict[str, Any], str]:
     """(score() of the collection's answers to the questions in `path`, with `missing_sources`: the
     questions' sources no chunk of the collection comes from; the lines to say on stderr: the search's note,
-    a warning naming those sources, or ""); metrics at 5, 10 and k."""
+    a warning naming those sources, or ""); metrics at 5, 10 and k. `cards` False ranks by file names alone
+    (measurements: what the cards add). With `hide_names` the collection holds
+    the documents under their hidden_name, and each question's source is mapped to it."""
     questions = load_questions(path)
+    if hide_names:
+        questions = [Question(q.question, hidden_name(q.source), q.pages) for q in questions]
     cutoffs = sorted({*CUTOFFS, k})
     with Searcher(uri, collection, model) as s:
         used, note = s.mode(mode)
-        hits = s.search([q.question for q in questions], max(cutoffs), used, doc_rank)
+        hits = s.search([q.question for q in questions], max(cutoffs), used, doc_rank, cards)
         result = score(questions, hits, cutoffs)
         missing = s.missing(r["source"] for r in result["results"] if r["doc_rank"] is None)
     warning = ""

@@ -104,6 +104,7 @@ class Finished:
     drop: bool = False                  # remove the rows and entry of an earlier version (now skipped)
     start: int = 0                      # the file's chunk number of the first chunk here
     last: bool = True                   # the file's final part (a small file: its only one)
+    card: str = ""                      # the file's card (JSON, ingest/doc_card.py), on its recorded last part
 
     @property
     def chunk_count(self) -> int:

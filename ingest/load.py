@@ -30,6 +30,7 @@ import os
 import time
 import traceback
 from collections import deque
+from itertools import chain, islice
 from dataclasses import dataclass, replace
 from concurrent.futures import Future
 from importlib import import_module
@@ -39,9 +40,10 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 from ingest import remote
 from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, section_chunks
 from ingest.config import ConfigError
+from ingest.doc_card import FIRST_PAGES, file_doc
 from ingest.files import FileRef, Finished, Outcome, Times
 from ingest.store.manifest import Entry
-from ingest.sections import Doc, Outline, document_title, page_sections
+from ingest.sections import Doc, Outline, page_sections
 from ingest.sniff import sniff
 from ingest.loaders import LoaderError, LoaderOptions, Page, Unsupported, formats, loader_for, pool_for
 from ingest.loaders import pdf as pdf_loader, text as text_loader
@@ -205,15 +207,18 @@ def _chunked(task: LoadTask, pages: Iterable[Page], doc: Doc | None, headings: t
     chunks: list[PageChunks] = []
     ocr = []
     chunk_s = 0.0
+    if doc is None:                     # the file's first part: its title and card from its first pages
+        pages = iter(pages)
+        first = list(islice(pages, FIRST_PAGES))
+        doc, pages = file_doc(task.source, task.fmt, first, task.spec.card_context), chain(first, pages)
     for page in pages:
-        doc = doc or Doc(task.source, document_title(page, task.source))
         if page.needs_ocr:
             ocr.append((page.number, outline.path))
         else:
             start = time.perf_counter()
             chunks.extend(section_chunks(s, task.spec, doc) for s in page_sections(page, outline))
             chunk_s += time.perf_counter() - start
-    return tuple(chunks), tuple(ocr), doc or Doc(task.source, document_title(Page(None, ""), task.source)), chunk_s
+    return tuple(chunks), tuple(ocr), doc, chunk_s
 
 
 def task_failure(where: str, exc: BaseException) -> Failure:
@@ -377,7 +382,8 @@ class Pages:
         self.ended = True
         outcome = Outcome("ingested" if chunks else "empty", None if chunks else self._no_text(), chunks,
                           self.ocr_pages, tuple(self.warnings), self.times, self.junk)
-        return Finished(self.ref, outcome, pages, self.old_hash, record=True, start=self.start)
+        return Finished(self.ref, outcome, pages, self.old_hash, record=True, start=self.start,
+                        card=self.doc.card if self.doc else "")
 
     def fail(self, error: str) -> Finished:
         """The file's last part as a failure: rows of its parts handed on are removed, its last good version

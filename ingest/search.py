@@ -16,6 +16,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ingest.backends import BackendError, model_file
+from ingest.doc_card import Card
 from ingest.doc_rank import CANDIDATES, rerank
 from ingest.model_ref import ModelRef, resolve_model
 from ingest.store import MODES, StoreError, local_path, open_store
@@ -23,6 +24,7 @@ from ingest.store.base import SCHEMA_VERSION, Endpoint
 from ingest.store.lite_host import serving
 from ingest.store.uri import kind, store_at
 from ingest.store.lite_folder import foreign_folder
+from ingest.store.manifest import CARD_META, manifest_path, read_cards
 
 DEFAULT_MODE = "dense"      # measured best on the retrieval dev set (docs/retrieval.md)
 QUERY_BATCH = 64          # queries embedded per batch (eval)
@@ -77,6 +79,7 @@ class Searcher:
         if foreign := foreign_folder(uri):
             raise StoreError(foreign)
         self.store = open_store(uri, collection)
+        self._cards: dict[str, Card] = {}
         try:
             self._lock_or_share(uri, collection)
             recorded = self.store.recorded()
@@ -123,17 +126,35 @@ class Searcher:
                              "collection has BM25, or rerun with --reembed and a real backend")
         return mode, note
 
-    def search(self, queries: Sequence[str], k: int, mode: str, doc_rank: bool = True) -> list[list[dict[str, Any]]]:
+    def search(self, queries: Sequence[str], k: int, mode: str, doc_rank: bool = True,
+               cards: bool = True) -> list[list[dict[str, Any]]]:
         """The k best hits of each query, in `mode` (one the collection answers: see `mode`); the
         queries are embedded together, in batches. Dense hits are ranked towards the documents a query
-        names (ingest/doc_rank.py) unless `doc_rank` is False."""
+        names (ingest/doc_rank.py) unless `doc_rank` is False: by their cards and file names, or by their
+        file names alone when `cards` is False (issue 33's ranking, for measurements)."""
         if self.empty:
             return [[] for _ in queries]
         vectors = self.encoder.embed(queries) if mode != "bm25" else [None] * len(queries)
         if mode != "dense" or not doc_rank:
             return [self.store.search(None if v is None else v.tolist(), k, mode, q) for q, v in zip(queries, vectors)]
         wide = max(k, CANDIDATES)
-        return [rerank(q, self.store.search(v.tolist(), wide, mode, q), k) for q, v in zip(queries, vectors)]
+        found = [self.store.search(v.tolist(), wide, mode, q) for q, v in zip(queries, vectors)]
+        known = self.cards({h["source"] for hits in found for h in hits}) if cards else {}
+        return [rerank(q, hits, k, known) for q, hits in zip(queries, found)]
+
+    def cards(self, sources: set[str]) -> dict[str, Card]:
+        """The cards of `sources` (ingest/doc_card.py) from the collection's manifest, read once each: an
+        embedded store's SQLite manifest (one read-only query), a server's meta values; {} where none."""
+        todo = sources - self._cards.keys()
+        if todo:
+            if local_path(self.store.uri) is not None:
+                got = read_cards(manifest_path(self.store.uri, self.store.collection), sorted(todo))
+            else:
+                summary = self.store.summary()
+                got = {k[len(CARD_META):]: v for k, v in (summary.meta if summary else {}).items()
+                       if k.startswith(CARD_META)}
+            self._cards.update({s: Card.from_json(got.get(s)) for s in (todo | got.keys())})
+        return {s: self._cards[s] for s in sources if s in self._cards}
 
     def missing(self, sources: Iterable[str]) -> list[str]:
         """Those of `sources` no chunk of the collection comes from (`same_doc`), one query each. The store may

@@ -48,12 +48,15 @@ class Section:
 
 @dataclass(frozen=True)
 class Doc:
-    """What every chunk of a file shares: its source (relative path) and its title."""
+    """What every chunk of a file shares: its source (relative path), its title, its card (JSON,
+    ingest/doc_card.py) and what the context line says of the card (`label`, "" when none)."""
     source: str
     title: str
+    card: str = ""
+    label: str = ""
 
     def context(self, headings: tuple[str, ...]) -> str:
-        return context_line(self.source, self.title, headings)
+        return context_line(self.source, self.title, headings, self.label)
 
 
 class Outline:
@@ -199,12 +202,13 @@ def document_title(page: Page, source: str) -> str:
     return _cut(PurePosixPath(source).name, TITLE_MAX)
 
 
-def context_line(source: str, title: str, headings: tuple[str, ...] | str) -> str:
-    """What a chunk is embedded and indexed under: its file's name (separators as spaces), the title
-    (unless it is the file name) and the heading path, joined by " > "."""
+def context_line(source: str, title: str, headings: tuple[str, ...] | str, card: str = "") -> str:
+    """What a chunk is embedded and indexed under: its file's name (separators as spaces), its card's label
+    (who, what kind, when: "Acme Inc. (ACME) annual report FY2021"), the title (unless it is the file name)
+    and the heading path, joined by " > "."""
     path = PurePosixPath(source)
     label = " ".join(re.sub(r"[_]+", " ", str(path.with_suffix("")) if path.suffix else source).split())
-    parts = [label] if title in ("", path.name) else [label, title]
+    parts = [label] + ([card] if card else []) + ([] if title in ("", path.name) else [title])
     if isinstance(headings, str):
         headings = tuple(h for h in headings.split(" > ") if h)
     return " > ".join(parts + list(headings))

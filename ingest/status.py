@@ -3,6 +3,8 @@ dimension, chunking settings) and how its last run went, from its manifest. Fast
 A Lite store is not opened through Milvus: its SQLite manifest is read read-only, so status answers
 while a run holds (flocks) the store; a server's manifest is read through pymilvus, creating nothing.
 
+`--json` adds each file's card (who and when it is from, its kind: ingest/doc_card.py) under `cards`.
+
 "Last run" is the manifest's `last_run` meta value (JSON), which every run records after its report
 (`LastRun`: store first, then record): when it started and ended, its exit code, files by status, the
 signal or error that stopped it, its report, and its first FAILED_MAX failed files with their errors.
@@ -23,7 +25,7 @@ from ingest.store import StoreError, is_local, kind, local_path, open_store, red
 from ingest.store.null import keeps_nothing
 from ingest.store.collection import STORE_META, Collection
 from ingest.store.lite_folder import foreign_folder
-from ingest.store.manifest import Summary, manifest_path, read_summary, unreadable
+from ingest.store.manifest import CARD_META, Summary, manifest_path, read_cards, read_summary, unreadable
 
 LAST_RUN = "last_run"          # the manifest meta key
 FAILED_MAX = 20                # failed files a last_run lists (it counts the others)
@@ -67,6 +69,8 @@ def status(cfg: dict[str, Any], *, as_json: bool) -> int:
     if kind(uri) == "null":
         raise StoreError(keeps_nothing(redact(uri), "no status to show (each run's report has its figures)"))
     info = _embedded(uri, collection) if is_local(uri) else _server(uri, collection, cfg["store"]["timeout_s"])
+    if as_json and is_local(uri):          # each file's card (ingest/doc_card.py): JSON only, it is one line a file
+        info["cards"] = {source: _json(card) for source, card in sorted(read_cards(manifest_path(uri, collection)).items())}
     print(json.dumps(info, ensure_ascii=False, indent=1) if as_json else text(info))
     return 0
 
@@ -121,7 +125,8 @@ def _info(uri: str, collection: str, summary: Summary, recorded: tuple | None, i
             "chunking": {k: settings[k] for k in CHUNKING if k in settings},
             "files": sum(n for _, _, n, _ in summary.counts), "chunks": sum(c for *_, c in summary.counts),
             "by_format": dict(sorted(by_format.items())), "by_status": dict(sorted(by_status.items())),
-            "last_run": last}
+            "last_run": last,
+            "cards": {k[len(CARD_META):]: _json(v) for k, v in sorted(summary.meta.items()) if k.startswith(CARD_META)}}
 
 
 def _json(value: str | None) -> Any:

@@ -57,7 +57,7 @@ from typing import Callable
 import numpy as np
 
 from ingest.files import Finished
-from ingest.store.manifest import Entry, Manifest
+from ingest.store.manifest import Entry, Manifest, record_cards
 from ingest.timeline import BusyClock, Timeline, shares
 from ingest.store import StoreBase, StoreError
 from ingest.workers.failure import Failure
@@ -341,6 +341,7 @@ class Ledger:
         # fence (NOTE: fencing), delete in a few calls for the whole commit, flush, record: in one transaction
         # where the store has them (ingest.store.base NOTE: commit order)
         self.store.commit(self.manifest, keep, entries, dropped)
+        record_cards(self.manifest, {f.ref.source: f.card for f in done if f.record and f.card})
         self.touched.difference_update(f.ref.source for f in done)
         return done
 

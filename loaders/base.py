@@ -58,6 +58,8 @@ class Page:
     title: str | None = None    # the document's title (PDF/DOCX/PPTX metadata, a Markdown title), if known
     needs_ocr: bool = False     # the page has no usable text layer: render and OCR it
     blocks: tuple[Block, ...] = ()      # the page's structure, when the loader knows it; () = `text` is one block
+    meta: tuple[tuple[str, str], ...] = ()      # the document's metadata (subject, author, keywords, created), if known
+    running: tuple[str, ...] = ()       # lines removed from this page as running headers or footers
 
 
 class Unsupported(Exception):

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from .base import Block, LoaderOptions, Page, register
-from .ooxml import check_zip, open_error
+from .ooxml import check_zip, core_meta, open_error
 from .tables import page_text, table_block
 
 if TYPE_CHECKING:
@@ -139,15 +139,15 @@ def _title(doc: Document) -> str | None:
     return None
 
 
-def read_docx(path: Path) -> tuple[list[Block], str | None]:
-    """(blocks, title) of a DOCX that passed check_zip."""
+def read_docx(path: Path) -> tuple[list[Block], str | None, tuple[tuple[str, str], ...]]:
+    """(blocks, title, metadata) of a DOCX that passed check_zip."""
     import docx
 
     try:
         doc = docx.Document(str(path))
         blocks = [*_story_blocks(doc, ("/header",)), *_body(doc.element.body, _heading_levels(doc)),
                   *_story_blocks(doc, ("/footer", "/footnotes", "/endnotes"))]
-        return blocks, _title(doc)
+        return blocks, _title(doc), core_meta(doc.core_properties)
     except Exception as exc:  # python-docx / lxml raise many types for malformed parts
         raise open_error("DOCX", exc) from None
 
@@ -156,5 +156,5 @@ def read_docx(path: Path) -> tuple[list[Block], str | None]:
 def load(path: Path, options: LoaderOptions) -> Iterator[Page]:
     """The whole document as one page (number None)."""
     check_zip(path, options, "DOCX", "word/document.xml")
-    blocks, title = read_docx(path)
-    yield Page(None, page_text(blocks), title=title, blocks=tuple(blocks))
+    blocks, title, meta = read_docx(path)
+    yield Page(None, page_text(blocks), title=title, blocks=tuple(blocks), meta=meta)

@@ -32,6 +32,16 @@ _OTHERS = {"xl/workbook.xml": "an Excel workbook (XLSX)", "visio/document.xml": 
            "META-INF/MANIFEST.MF": "a Java archive (JAR)"}
 
 
+def core_meta(props: object) -> tuple[tuple[str, str], ...]:
+    """An Office document's core properties that the document card reads (subject, author, keywords)."""
+    out = []
+    for key, attr in (("subject", "subject"), ("author", "author"), ("keywords", "keywords")):
+        value = " ".join(str(getattr(props, attr, "") or "").split())[:300]
+        if value:
+            out.append((key, value))
+    return tuple(out)
+
+
 def _not_a_zip(kind: str) -> LoaderError:
     return LoaderError(f"not a valid {kind} file (its zip directory cannot be read: damaged, truncated "
                        "or password-protected); re-save it from its application")

@@ -79,6 +79,12 @@ def needs_ocr(page: pymupdf.Page, text: str) -> bool:
     return len(chars) < MIN_CHARS and _image_cover(page) >= MIN_IMAGE_COVER
 
 
+def document_meta(metadata: dict) -> tuple[tuple[str, str], ...]:
+    """A PDF's metadata values the document card reads (ingest/doc_card.py)."""
+    return tuple((k, " ".join(str(metadata.get(k) or "").split())[:300]) for k in ("subject", "author", "keywords")
+                 if metadata.get(k))
+
+
 @register("pdf", (".pdf",), "pdf")
 def load(path: Path, options: LoaderOptions) -> Iterator[Page]:
     """Every page with its blocks and text; pages without a usable text layer come empty with needs_ocr=True.
@@ -98,6 +104,7 @@ def load_pages(path: Path, options: LoaderOptions, first: int = 0, stop: int | N
     _check_not_truncated(path)
     with open_document(path, options.passwords) as doc:
         title = ((doc.metadata or {}).get("title") or "").strip() or None
+        meta = document_meta(doc.metadata or {})
         try:
             toc = doc.get_toc()
         except mupdf_errors():
@@ -115,7 +122,8 @@ def load_pages(path: Path, options: LoaderOptions, first: int = 0, stop: int | N
                 blocks = layout.blocks(index)
             except mupdf_errors() as exc:
                 raise damaged(f"page {index + 1} of the PDF", exc) from None
-            return Page(index + 1, page_text(blocks), title=title, blocks=tuple(blocks))
+            return Page(index + 1, page_text(blocks), title=title, blocks=tuple(blocks), meta=meta,
+                        running=layout.running)
 
         for index in range(max(0, first - WINDOW), min(doc.page_count, stop + WINDOW)):
             try:

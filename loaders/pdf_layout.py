@@ -113,6 +113,7 @@ class Layout:
         self.toc_depth = max((lv for lv, *_ in toc), default=0)
         self.window: deque[Scan] = deque()
         self.last_table: tuple[str, int] | None = None    # (header, columns) of a table ending the last page
+        self.running: tuple[str, ...] = ()                # the last page's running lines removed (`blocks`)
 
     def scan(self, index: int, lines: list[Line]) -> None:
         """Remember a page's lines and statistics (call in page order)."""
@@ -138,7 +139,7 @@ class Layout:
         """The blocks of page `index` (scanned, with WINDOW pages past it when there are), in reading order."""
         near = [s for s in self.window if abs(s.index - index) <= WINDOW]
         page = next(s for s in near if s.index == index)
-        lines = self._drop_running(page, near)
+        lines = self._drop_running(page, near)      # sets self.running
         tables = PageTables(lines, self.tables, lambda: self.get_page(index), self.last_table)
         free = [ln for ln in lines if id(ln) not in tables.used]
         heads, skip = self._headings(index, free, self._body_size(near), near)
@@ -173,10 +174,16 @@ class Layout:
             return page.lines
         seen = Counter(key for s in near for key in set(s.keys.values()) if key)
         need = max(MIN_REPEATS, REPEAT_SHARE * len(near))
-        return [ln for ln in page.lines
+        kept = [ln for ln in page.lines
                 if id(ln) not in page.running
                 or not ((page.keys[id(ln)] and seen[page.keys[id(ln)]] >= need)
                         or (id(ln) in page.lone and PAGE_NUMBER.match(ln.text)))]
+        if len(kept) < len(page.lines):     # the running headers and footers removed (their texts: `running`)
+            ids = {id(ln) for ln in kept}
+            self.running = tuple(ln.text for ln in page.lines if id(ln) not in ids and not PAGE_NUMBER.match(ln.text))
+        else:
+            self.running = ()
+        return kept
 
     @staticmethod
     def _body_size(near: list[Scan]) -> float:

@@ -3,11 +3,12 @@ shapes too), tables (Markdown, first row as header) and speaker notes. Page.titl
 title (core properties), if any."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from .base import Block, LoaderOptions, Page, register
-from .ooxml import check_zip, open_error
+from .ooxml import check_zip, core_meta, open_error
 from .tables import page_text, table_block
 
 if TYPE_CHECKING:
@@ -57,7 +58,8 @@ def read_pptx(path: Path) -> list[Page]:
     try:
         deck = pptx.Presentation(str(path))
         title = (deck.core_properties.title or "").strip() or None
-        return [_slide_page(n, slide, title) for n, slide in enumerate(deck.slides, start=1)]
+        meta = core_meta(deck.core_properties)
+        return [replace(_slide_page(n, slide, title), meta=meta) for n, slide in enumerate(deck.slides, start=1)]
     except Exception as exc:  # python-pptx / lxml raise many types for malformed parts
         raise open_error("PPTX", exc) from None
 

@@ -110,6 +110,8 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
         shared = {"model": model.name, "chunk_tokens": ch["chunk_tokens"], "overlap_tokens": ch["overlap_tokens"],
                   "max_seq_length": model.max_seq_length, "context_tokens": ch["context_tokens"],
                   "skip_junk": ch["skip_junk"]}
+        if not ch["card_context"]:             # the default adds no key: collections made before the cards match
+            shared["card_context"] = False
         if backend != "torch":                 # torch collections keep the settings they had before backends
             shared["backend"] = backend
         settings = json.dumps(shared, sort_keys=True)

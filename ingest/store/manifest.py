@@ -26,7 +26,9 @@ CREATE TABLE IF NOT EXISTS files (
     source TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, file_hash TEXT,
     status TEXT, chunks INTEGER, format TEXT, settings TEXT, updated REAL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS cards (source TEXT PRIMARY KEY, card TEXT);
 """
+CARD_META = "card:"          # a server manifest keeps a file's card as the meta value CARD_META + source
 
 
 class Entry(NamedTuple):
@@ -77,6 +79,40 @@ def read_summary(path: Path) -> Summary:
         return Summary(meta, [(f, s, n, int(c)) for f, s, n, c in counts])
     finally:
         db.close()
+
+
+def read_cards(path: Path, sources: Iterable[str] | None = None) -> dict[str, str]:
+    """The cards (JSON) of the SQLite manifest at `path` by source: of `sources`, or of every file; read-only
+    as read_summary, {} when it has none (a manifest made before cards) or cannot be read."""
+    if not path.exists():
+        return {}
+    wal = path.with_name(path.name + "-wal").exists()
+    try:
+        db = sqlite3.connect(f"{path.as_uri()}?{'mode=ro' if wal else 'immutable=1'}", uri=True, isolation_level=None)
+    except sqlite3.Error:
+        return {}
+    try:
+        if sources is None:
+            return dict(db.execute("SELECT c.source, c.card FROM cards c JOIN files f ON f.source = c.source"))
+        wanted = list(sources)
+        return dict(db.execute(f"SELECT source, card FROM cards WHERE source IN ({','.join('?' * len(wanted))})",
+                               wanted)) if wanted else {}
+    except sqlite3.Error:
+        return {}
+    finally:
+        db.close()
+
+
+def record_cards(manifest: Manifest, cards: dict[str, str]) -> None:
+    """Keep each file's card (JSON) in `manifest`, after its entry: a SQLite manifest in its `cards` table,
+    a server's as meta values (CARD_META + source)."""
+    if not cards:
+        return
+    if isinstance(manifest, SqliteManifest):
+        manifest.record_cards(cards)
+    else:
+        for source, card in cards.items():
+            manifest.set_meta(CARD_META + source, card)
 
 
 def unreadable(path: Path, exc: sqlite3.Error) -> str:
@@ -142,14 +178,22 @@ class SqliteManifest:
                 [(e.source, e.size, e.mtime_ns, e.file_hash, e.status, e.chunks, e.format, e.settings, now)
                  for e in entries])
 
-    def remove(self, sources: Iterable[str]) -> None:
+    def record_cards(self, cards: dict[str, str]) -> None:
+        """Each file's card (JSON) by source, in one transaction."""
         with self._transaction():
-            self._db.executemany("DELETE FROM files WHERE source=?", [(s,) for s in sources])
+            self._db.executemany("INSERT OR REPLACE INTO cards VALUES (?, ?)", list(cards.items()))
+
+    def remove(self, sources: Iterable[str]) -> None:
+        gone = [(s,) for s in sources]
+        with self._transaction():
+            self._db.executemany("DELETE FROM files WHERE source=?", gone)
+            self._db.executemany("DELETE FROM cards WHERE source=?", gone)
 
     def clear(self) -> None:
         with self._transaction():
             self._db.execute("DELETE FROM files")
             self._db.execute("DELETE FROM meta")
+            self._db.execute("DELETE FROM cards")
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:

@@ -146,11 +146,11 @@ import torch; lap("import_torch")
 cuda = sys.argv[2].startswith("cuda")
 if cuda:
     torch.cuda.init(); torch.zeros(1, device=sys.argv[2]); lap("cuda_init")
-import sentence_transformers; lap("import_sentence_transformers")
-m = sentence_transformers.SentenceTransformer(sys.argv[1], device="cpu"); lap("load_model_cpu")
-m = m.to(sys.argv[2]).to(getattr(torch, sys.argv[3])).eval(); lap("to_device")
+from ingest.workers.encode.torch_model import load; lap("import_worker_model")   # what the encode worker imports
+m = load(sys.argv[1], sys.argv[2], getattr(torch, sys.argv[3])); lap("load_model")
+ids = torch.full((8, 8), 101, dtype=torch.long, device=sys.argv[2])
 with torch.inference_mode():
-    m.encode(["a first vector"] * 8)
+    m.embed(ids, torch.full((8,), 8, device=sys.argv[2]), True)
 if cuda:
     torch.cuda.synchronize()
 lap("first_forward")

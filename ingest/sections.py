@@ -254,7 +254,8 @@ _BROKEN = re.compile(r"[\ufffd\ud800-\udfff]")              # a decoder's replac
 _EDGES = re.compile(r"^[\W_]+|[\W_]+$")                     # a word's punctuation around it
 _JOINERS = re.compile(r"[-'\u2019.]")                       # inside a word: "K-Vektorraum", "don't", "z.B"
 _NUMBER = re.compile(r"[\d.,:/%+\u2212\u2013-]+")              # 1,234.5  1995–96  12:30  -3
-WORDS_SHARE = 0.3                   # text this much in words is language, whatever controls are in it (binary: < 0.1)
+WORDS_SHARE = 0.3                   # text this much in words is language, whatever controls are in it (binary: < 0.1),
+ARTEFACTS = 0.25                    # unless they are this share of it (formula-dense notes: 0.15; binary: most)
 
 
 def _encoded(runs: list[str]) -> int:
@@ -291,17 +292,18 @@ def _base64(codes: list[str]) -> bool:
 
 
 def _words_share(text: str) -> float:
-    """The share of the characters of `text`'s words holding a letter or digit that are in words as a
-    language writes them (letters of one word, in lower case after the first or all capitals, maybe joined by
-    hyphens or apostrophes; a script without case) or numbers. Random bytes read as text: under 5%."""
+    """The share of the characters of `text`'s words (controls splitting them; those holding a letter or digit)
+    that are in words as a language writes them (3 letters or more, in lower case after the first or all
+    capitals, maybe joined by hyphens or apostrophes, not over LONG_RUN; a script without case) or numbers. Binary read as text:
+    under 10% (its letters come one or two between controls); language: over 40%."""
     total = good = 0
-    for w in text.split():
+    for w in _CONTROL.sub(" ", text).split():
         core = _EDGES.sub("", w)
         if not core:
             continue
         total += len(core)
-        parts = _JOINERS.split(core)
-        if all(p.isalpha() and (p[1:] == p[1:].lower() or p.isupper()) for p in parts) or _NUMBER.fullmatch(core):
+        if _NUMBER.fullmatch(core) or 3 <= len(core) <= LONG_RUN and all(p.isalpha() and (p[1:] == p[1:].lower() or p.isupper())
+                                                              for p in _JOINERS.split(core)):
             good += len(core)
     return good / total if total else 0.0
 
@@ -331,7 +333,7 @@ def is_junk(chunk: str) -> bool:
         unreadable -= top if top > unreadable / 2 else 0
     if not chunk.isascii():                      # a mis-decoded letter is one U+FFFD: those count a quarter
         unreadable += len(_BROKEN.findall(chunk)) / 4
-    if unreadable > 0.03 * visible and _words_share(_CONTROL.sub("", chunk) if controls else chunk) < WORDS_SHARE:
+    if unreadable > 0.03 * visible and (len(controls) > ARTEFACTS * visible or _words_share(chunk) < WORDS_SHARE):
         return True
     if len(words) >= 16:
         hex_words = _HEX_WORD.findall(" " + chunk)      # the words that are hex, in one pass over the chunk

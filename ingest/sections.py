@@ -294,16 +294,16 @@ def _base64(codes: list[str]) -> bool:
 def _words_share(text: str) -> float:
     """The share of the characters of `text`'s words (controls splitting them; those holding a letter or digit)
     that are in words as a language writes them (3 letters or more, in lower case after the first or all
-    capitals, maybe joined by hyphens or apostrophes, not over LONG_RUN; a script without case) or numbers. Binary read as text:
-    under 10% (its letters come one or two between controls); language: over 40%."""
+    capitals, maybe joined by hyphens or apostrophes, not over LONG_RUN; a script without case) or numbers.
+    Binary read as text: under 10% (its letters come one or two between controls); language: over 40%."""
     total = good = 0
     for w in _CONTROL.sub(" ", text).split():
         core = _EDGES.sub("", w)
         if not core:
             continue
         total += len(core)
-        if _NUMBER.fullmatch(core) or 3 <= len(core) <= LONG_RUN and all(p.isalpha() and (p[1:] == p[1:].lower() or p.isupper())
-                                                              for p in _JOINERS.split(core)):
+        if _NUMBER.fullmatch(core) or 3 <= len(core) <= LONG_RUN and all(
+                p.isalpha() and (p[1:] == p[1:].lower() or p.isupper()) for p in _JOINERS.split(core)):
             good += len(core)
     return good / total if total else 0.0
 

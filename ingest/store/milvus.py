@@ -357,8 +357,7 @@ class Store(StoreBase):
         todo = [None] if sources is None else sorted(set(sources))
         out: list[dict[str, Any]] = []
         for i in range(0, len(todo), ROWS_SOURCES):
-            names = ", ".join(map(quote, todo[i:i + ROWS_SOURCES])) if sources is not None else ""
-            where = 'id != ""' if sources is None else f"source in [{names}]"
+            where = 'id != ""' if sources is None else f"source in [{', '.join(map(quote, todo[i:i + ROWS_SOURCES]))}]"
             it = self.call("read rows", "query_iterator", self.collection, filter=where, output_fields=list(fields),
                            batch_size=1000)
             while batch := it.next():

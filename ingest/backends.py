@@ -2,7 +2,7 @@
 
     torch      the SentenceTransformer under torch (CPU or CUDA): the reference vectors
     onnx       the same graph exported to ONNX, fp32, run by ONNX Runtime on the CPU
-    onnx-int8  that graph with int8 weights (dynamic quantization, per channel)
+    onnx-int8  that graph with int8 weights (dynamic quantization, per channel), one text a call
     openvino   the fp32 graph compiled by OpenVINO for this CPU (bfloat16 where it has AMX)
     null       no model: constant unit vectors of the model's dimension, to measure the host
                pipeline (loading, chunking, writing) without the model's cost (bench/feed.py)
@@ -33,7 +33,7 @@ BACKENDS = ("torch", "onnx", "onnx-int8", "openvino", "null")
 EXACT = ("torch", "onnx", "openvino")    # cosine >= 0.9999 to torch: same top-5 sources (bench/parity.py)
 LIGHT_MARGIN = 1.1       # auto prefers a backend without torch (ready in ~0.3 s, not ~4 s) within this of torch
 CHOICES = ("auto", *BACKENDS)
-EXPORT_VERSION = "2"
+EXPORT_VERSION = "3"        # 3: int8 guarded one text a call (workers/encode/onnx_model.py NOTE: int8)
 EXPORT_TIMEOUT_S = 1800
 
 

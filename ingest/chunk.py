@@ -34,7 +34,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ingest.sections import Box, Doc, Section, context_line, is_junk, joined_headings, union_box
+from ingest.sections import Box, Doc, Section, context_line, drop_controls, is_junk, joined_headings, union_box
 from ingest.store.schema import TEXT_MAX as MAX_CHUNK_BYTES
 from ingest.workers.encode.word_cache import WHITESPACE, WordTokens, additive, template
 
@@ -117,6 +117,8 @@ def section_chunks(section: Section, spec: ChunkSpec, doc: Doc | None, title: st
             junk += 1
             sample = sample or repr(chunk[:JUNK_SAMPLE_CHARS])
             continue
+        if spec.skip_junk and (clean := drop_controls(chunk)) is not chunk:    # artefacts (sections.py NOTE: junk)
+            chunk, raw = clean, None
         if header:
             chunk = f"{header}\n{chunk}"
             ids.append(tokens.final(embedded_table(chunk), None, context))

@@ -9,7 +9,8 @@ with eager attention, which ONNX Runtime fuses and quantizes best (measured: sdp
 exported 0.8x torch, eager 1.0x). Inputs input_ids and attention_mask (int64, batch x
 tokens); output sentence_embedding (float32, not normalized).
 
-int8 is ONNX Runtime's dynamic quantization, per channel. Recipes are tried fastest first
+int8 is ONNX Runtime's dynamic quantization, per channel, run one text a call so that a text's
+activation scales are its own (workers/encode/onnx_model.py NOTE: int8). Recipes are tried fastest first
 for this CPU and the first that passes the guard is kept: with VNNI (avx512_vnni, avx_vnni)
 s8 weights; without it s8 weights with reduce_range (AVX2's u8 x s8 products saturate
 without it), then u8 weights. The guard embeds the fixed probe texts (probe_texts.json) with
@@ -74,14 +75,14 @@ def _export_fp32(model, path: Path) -> None:
                           dynamic_axes=axes, opset_version=17)
 
 
-def _check(model_file: Path, runtime: str, ref, texts: list[str], reference) -> dict:
+def _check(model_file: Path, runtime: str, ref, texts: list[str], reference, one_row: bool = False) -> dict:
     """Cosine against torch on the probe texts (sorted by length), and chunks/s (best of 3 passes,
-    batches of 16 padded to their own longest, as the encode pool's are)."""
+    batches of 16 padded to their own longest, as the encode pool's are; int8 one text a call)."""
     import numpy as np
 
     from ingest.workers.encode.onnx_model import OnnxModel, tokenize
 
-    model = OnnxModel(str(model_file), threads=os.cpu_count() or 1, runtime=runtime)
+    model = OnnxModel(str(model_file), threads=os.cpu_count() or 1, runtime=runtime, one_row=one_row)
     batches = [tokenize(ref.tokenizer_file, ref.max_seq_length, texts[i:i + 16]) for i in range(0, len(texts), 16)]
     rows = np.concatenate([model.embed(ids, lengths, normalize=True) for ids, lengths in batches])
     cos = (rows * reference).sum(axis=1)
@@ -152,8 +153,8 @@ def _int8(fp32: Path, out: Path, ref, texts: list[str], reference) -> dict:
     for name, options in int8_recipes():
         q = out / f"model-int8.onnx.{os.getpid()}.tmp"
         quantize_dynamic(str(fp32), str(q), per_channel=True, **options)
-        entry = _guard({"recipe": name, **_check(q, "onnxruntime", ref, texts, reference)}, "model-int8.onnx",
-                       INT8_MIN, INT8_MEAN)
+        entry = _guard({"recipe": name, **_check(q, "onnxruntime", ref, texts, reference, one_row=True)},
+                       "model-int8.onnx", INT8_MIN, INT8_MEAN)
         tried.append({k: entry[k] for k in ("recipe", "mean", "min")})
         if entry["ok"]:
             os.replace(q, out / "model-int8.onnx")

@@ -14,7 +14,11 @@ Where a vector comes from, in order (`Reuse.plan`, one group of a file's chunks 
    headings, text and element make the same encoder input under the collection's chunking settings, which
    the collection enforces. Only when the collection's recorded fingerprint (manifest meta "embedding")
    is this run's: a collection that ever held vectors of other settings (dtype is not refused as a
-   change) reuses nothing from the store until `--reembed`;
+   change) reuses nothing from the store until `--reembed`; never with the null backend (no vector worth
+   reading). Read in a few calls a run, not one a file (a Milvus Lite query scans the whole collection):
+   the dispatcher tells `expect` of each changed file it sends to load, and the first file whose rows are
+   missing reads them with those of every changed file expected and not read yet (up to READ_SOURCES, and
+   only files in flight); a file's rows are let go once its last group is planned;
 3. the local cache (`ingest.vector_cache`), when on;
 4. else the encoder, once per distinct key (later equal chunks wait for it).
 `--reembed` of an existing collection reuses nothing from the store or the cache; the null backend
@@ -28,6 +32,7 @@ import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,7 @@ from ingest.store.writers import search_text
 from ingest.vector_cache import VectorCache
 from ingest.workers.encode import Pretokenized
 
+READ_SOURCES = 1024          # changed files whose previous rows are read in one store call
 MEMO_ROWS = 32768           # vectors of distinct keys this run keeps for later chunks (~50 MB at dim 384)
 META = "embedding"          # manifest meta: the fingerprint of every vector in the collection ("mixed": not one)
 MIXED = "mixed"
@@ -99,6 +105,8 @@ class Reuse:
         self._inflight: dict[bytes, int] = {}   # key sent to the encoder -> groups waiting for it
         self._held: dict[bytes, list] = {}      # key come back -> [its vector or None, waiters left]
         self._previous: dict[str, dict[tuple[str, str], np.ndarray]] = {}   # source -> its rows in the store
+        self._expected: dict[str, None] = {}    # changed files on their way whose rows are not read yet
+        self.reads = 0                          # store calls made to read previous rows (the report's reuse_reads)
 
     @classmethod
     def open(cls, cfg: dict[str, Any], model: ModelRef, backend: str, store: StoreBase, manifest: Any,
@@ -107,7 +115,8 @@ class Reuse:
         the collection was there before a `--reembed`; `fresh`: it holds no file now."""
         fp = fingerprint(model, backend, cfg["model"])
         recorded = manifest.get_meta(META)
-        store_ok = not reembed and (fresh or recorded == fp)     # fresh: every row it gets is of this fingerprint
+        store_ok = not reembed and (fresh or recorded == fp) and backend != "null"   # fresh: every row it gets is of
+        #                                                           this fingerprint; null: no vector worth reading
         manifest.set_meta(META, fp if fresh or recorded == fp else MIXED)
         cache = None
         c = cfg["cache"]
@@ -142,6 +151,8 @@ class Reuse:
             todo = [i for i in todo if i not in plan.found]
         if part.last:
             self._previous.pop(file.ref.source, None)
+            with self._lock:
+                self._expected.pop(file.ref.source, None)
         if todo and self.cache is not None:
             cached = self.cache.get([keys[i] for i in todo])
             for i in todo:
@@ -207,6 +218,12 @@ class Reuse:
                 elif k in self._inflight:
                     self._inflight[k] -= 1
 
+    def expect(self, source: str) -> None:
+        """A changed file is on its way (sent to load): its previous rows are read with others' (NOTE)."""
+        if self.store is not None:
+            with self._lock:
+                self._expected[source] = None
+
     def close(self) -> None:
         if self.cache is not None:
             self.cache.close()
@@ -229,16 +246,25 @@ class Reuse:
             self._memo.popitem(last=False)
 
     def _rows_of(self, source: str) -> dict[tuple[str, str], np.ndarray]:
-        """The rows of `source` in the store by (search_text, element): their vectors. A store that cannot be
-        read gives nothing (the chunks are encoded; a store really gone stops the run at its next write)."""
+        """The rows of `source` in the store by (search_text, element): their vectors, read with those of the
+        changed files expected (NOTE). A store that cannot be read gives nothing (the chunks are encoded; a
+        store really gone stops the run at its next write)."""
         rows = self._previous.get(source)
         if rows is None:
+            with self._lock:
+                self._expected.pop(source, None)
+                batch = [source, *islice(self._expected, READ_SOURCES - 1)]
+                for s in batch[1:]:
+                    del self._expected[s]
+            got: dict[str, dict[tuple[str, str], np.ndarray]] = {s: {} for s in batch}
+            self.reads += 1
             try:
-                found = self.store.rows(["search_text", "element", "vector"], source=source)
+                for r in self.store.rows(["source", "search_text", "element", "vector"], sources=batch):
+                    got[r["source"]][(r["search_text"], r["element"])] = np.asarray(r["vector"], np.float32)
             except StoreError:
-                found = []
-            rows = self._previous[source] = {(r["search_text"], r["element"]): np.asarray(r["vector"], np.float32)
-                                             for r in found}
+                got = {s: {} for s in batch}
+            self._previous.update(got)
+            rows = got[source]
         return rows
 
 

@@ -49,9 +49,10 @@ class QueryEncoder:
         ref = self.model if isinstance(self.model, ModelRef) else resolve_model(self.model)
         path = model_file(ref, self.backend) if self.backend != "torch" else _fp32_if_exact(ref)
         if path:
-            from ingest.workers.encode.onnx_model import OnnxModel, runtime_for, tokenize
+            from ingest.workers.encode.onnx_model import OnnxModel, one_row_for, runtime_for, tokenize
 
-            model = OnnxModel(path, threads=os.cpu_count() or 1, runtime=runtime_for(self.backend))
+            model = OnnxModel(path, threads=os.cpu_count() or 1, runtime=runtime_for(self.backend),
+                              one_row=one_row_for(self.backend))
             return lambda texts: model.embed(*tokenize(ref.tokenizer_file, ref.max_seq_length, texts), normalize=True)
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as hf_logging

@@ -232,8 +232,11 @@ def _cut(text: str, limit: int) -> str:
 # and links are long runs too. Inside such runs only ASCII stretches of the base64 alphabet are looked
 # at (a link's run never), and they are encoded data when, taken together, they show what words and
 # identifiers never do (see _base64), or are long hex strings. A hex dump's words are pairs of hex digits
-# with letters inside them ("4f", "ff"; not a matrix's "a11 a12"). When in doubt the chunk is kept: an
-# embedded junk chunk costs a row, a dropped one loses text.
+# with letters inside them ("4f", "ff"; not a matrix's "a11 a12"). Control characters are binary's sign
+# only where the words around them are not words: inside text they are extraction artefacts (a math
+# font's delimiters as \x12 ... \x13, a symbol font's NULs), dropped from the chunk (`drop_controls`),
+# never a reason to drop it. When in doubt the chunk is kept: an embedded junk chunk costs a row, a
+# dropped one loses text.
 JUNK_SHARE = 0.5                    # a chunk is junk when encoded runs make up more than this share of it,
 LANGUAGE_CHARS = 100                # and what is left of it is less than this (a sentence or a table row)
 LONG_RUN = 40                       # a run of non-spaces this long is looked into
@@ -250,7 +253,13 @@ _HEX_WORD = re.compile(r"\s((?:0x)?(?:[0-9a-fA-F]{2}){1,8}[,:]?)(?=\s|\Z)")
 _HEX_LETTER = re.compile(r"[a-fA-F]")
 _HEX_INNER = re.compile(r"[0-9a-fA-F][a-fA-F]")             # a letter not leading: "4f", "ff"; none in "a11 b12"
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x7f-\x84\x86-\x9f]")   # Cc but spaces and ESC (colored logs)
+_INNER_CONTROLS = re.compile(r"(?<=\w)[\x00-\x08\x0e-\x1a\x7f-\x84\x86-\x9f]+(?=\w)")
 _BROKEN = re.compile(r"[\ufffd\ud800-\udfff]")              # a decoder's replacement, a lone surrogate
+_EDGES = re.compile(r"^[\W_]+|[\W_]+$")                     # a word's punctuation around it
+_JOINERS = re.compile(r"[-'\u2019.]")                       # inside a word: "K-Vektorraum", "don't", "z.B"
+_NUMBER = re.compile(r"[\d.,:/%+\u2212\u2013-]+")              # 1,234.5  1995–96  12:30  -3
+WORDS_SHARE = 0.3                   # text this much in words is language, whatever controls are in it (binary: < 0.1),
+ARTEFACTS = 0.25                    # unless they are this share of it (formula-dense notes: 0.15; binary: most)
 
 
 def _encoded(runs: list[str]) -> int:
@@ -286,6 +295,31 @@ def _base64(codes: list[str]) -> bool:
     return 3 * sum(map(eq, flat, flat[4:])) >= n and len(set(flat)) >= 16
 
 
+def _words_share(text: str) -> float:
+    """The share of the characters of `text`'s words (controls splitting them; those holding a letter or digit)
+    that are in words as a language writes them (3 letters or more, in lower case after the first or all
+    capitals, maybe joined by hyphens or apostrophes, not over LONG_RUN; a script without case) or numbers.
+    Binary read as text: under 10% (its letters come one or two between controls); language: over 40%."""
+    total = good = 0
+    for w in _CONTROL.sub(" ", text).split():
+        core = _EDGES.sub("", w)
+        if not core:
+            continue
+        total += len(core)
+        if _NUMBER.fullmatch(core) or 3 <= len(core) <= LONG_RUN and all(
+                p.isalpha() and (p[1:] == p[1:].lower() or p.isupper()) for p in _JOINERS.split(core)):
+            good += len(core)
+    return good / total if total else 0.0
+
+
+def drop_controls(chunk: str) -> str:
+    """The chunk without control characters (extraction artefacts; NOTE): one between two word characters
+    stands for a space or a delimiter ("ker\x10f", a glyph for each space) and becomes a space, others go."""
+    if not _CONTROL.search(chunk):
+        return chunk
+    return _CONTROL.sub("", _INNER_CONTROLS.sub(" ", chunk))
+
+
 def is_junk(chunk: str) -> bool:
     """Encoded data (base64, data: URIs, long hex), hex dumps and binary read as text: not language,
     never worth a vector. Text in any script, OCR without spaces, formulas, tables and links are kept."""
@@ -303,7 +337,7 @@ def is_junk(chunk: str) -> bool:
         unreadable -= top if top > unreadable / 2 else 0
     if not chunk.isascii():                      # a mis-decoded letter is one U+FFFD: those count a quarter
         unreadable += len(_BROKEN.findall(chunk)) / 4
-    if unreadable > 0.03 * visible:
+    if unreadable > 0.03 * visible and (len(controls) > ARTEFACTS * visible or _words_share(chunk) < WORDS_SHARE):
         return True
     if len(words) >= 16:
         hex_words = _HEX_WORD.findall(" " + chunk)      # the words that are hex, in one pass over the chunk

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import random
 import re
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
@@ -136,6 +137,57 @@ d="M73.832727,294.552L106.298182,251.736L138.763636,230.328L171.229091,190.296L2
 112.104L301.090909,96.552L333.556364,75.6L366.021818,60.48L398.487273,54.552" style="fill:none;stroke:#1f77b4;stroke-width:1.5"/>\
 <text x="236.16" y="330">Quarter</text><text x="20" y="174.528" transform="rotate(-90,20,174.528)">Sales (thousands)</text></g></svg></div>
 """
+
+def lecture_notes() -> str:
+    """German lecture notes as a PDF's text layer gives them: the math font's big delimiters come out as control
+    characters (\x10 \x11 for parentheses, \x12 \x13 for bigger ones, \x1a \x1b for braces, \x00 \x01 \x02 \x03 for
+    brackets), several kinds in pairs, dense where the formulas are (issue 40: 7 chunks were dropped)."""
+    out = ["Lineare Algebra II — Vorlesung 7: Eigenwerte und Diagonalisierbarkeit"]
+    for i, (name, space) in enumerate([("f", "V"), ("g", "W"), ("h", "U"), ("A", "K^n"), ("B", "K^m")] * 2):
+        out.append(
+            f"Satz 7.{i + 1} (Eigenwerte von {name}). Sei {space} ein endlichdimensionaler K-Vektorraum und {name} linear. "
+            f"Ein Skalar λ ∈ K heißt Eigenwert von {name}, wenn es ein v ≠ 0 gibt mit {name}(v) = λv. Die Menge\n"
+            f"\x12λ ∈ K \x0c\x0c λ ist Eigenwert von {name}\x13 =: Spec({name})\n"
+            f"heißt Spektrum, und Eig({name}, λ) := ker\x10{name} − λ id\x11 =:Aλ ist der Eigenraum zu λ.\n"
+            f"Beweis. \x10A − λE\x11v = 0 ⇔ v ∈ ker\x10A − λE\x11, also ist λ Eigenwert ⇔ det\x12A − λE\x13 = 0.\n"
+            f"χA(t) = det\x12tE − A\x13 = \x1a\x12t − λ1\x13 · … · \x12t − λn\x13\x1b, \x02\x00A{i}\x01\x03 = \x00aij\x01. □\n"
+            f"Bemerkung. µ(λ) ≥ dim Eig({name}, λ) ≥ 1 für λ ∈ Spec({name}); Summe \x10µ(λ)\x11 = n.")
+    return "\n\n".join(out)
+
+
+def matrix_manual() -> str:
+    """A PDF manual's tables of transformation matrices: the symbol font's bracket pieces come out as private-use
+    glyphs (U+F8EB-U+F8F8), its unmapped glyphs as NULs and other controls (issue 40: 1 chunk was dropped)."""
+    ops = [("Translation", ("1", "0", "0", "1", "tx", "ty")), ("Skalierung", ("sx", "0", "0", "sy", "0", "0")),
+           ("Rotation", ("cos θ", "sin θ", "−sin θ", "cos θ", "0", "0")),
+           ("Scherung", ("1", "tan α", "tan β", "1", "0", "0")), ("Spiegelung", ("−1", "0", "0", "1", "0", "0"))]
+    out = []
+    for name, (a, b, c, d, e, f) in ops:
+        out.append(f"{name}\n\nDie Matrix der {name} im Koordinatensystem des Geräts ist [{a} {b} {c} {d} {e} {f}]; ein "
+                   f"Punkt (x, y) wird auf (x·{a} + y·{c} + {e}, x·{b} + y·{d} + {f}) abgebildet:\n\n"
+                   f"| \uf8eb | {a} | {b} | 0 | \uf8f6 |\n"
+                   f"| \uf8ec\x00 | {c} | {d} | 0 | \x00\uf8f7 |\n"
+                   f"| \uf8ed\x01 | {e} | {f} | 1 | \x01\uf8f8 |")
+    return "\n\n".join(out)
+
+
+def football_seasons() -> str:
+    """A plain-text table of a football club's seasons, mostly numbers, from a file once converted with the wrong
+    encoding: each dash (the seasons' en dash, the em dash of an empty cell) is a U+FFFD (issue 40: 6 chunks were
+    dropped)."""
+    rng = random.Random(40)
+    lines = ["Club Season League FA Cup League Cup Europe Other Total",
+             "Division Apps Goals Apps Goals Apps Goals Apps Goals Apps Goals Apps Goals"]
+    for year in range(1950, 2020):
+        n = [rng.randint(0, 46) if rng.random() < 0.5 else None for _ in range(12)]
+        tier = "First Division" if year < 1992 else "Premier League"
+        lines.append(f"Everton {year}\ufffd{(year + 1) % 100:02d} {tier} " + " ".join("\ufffd" if x is None else str(x)
+                                                                                   for x in n))
+    lines.append("Club total " + " ".join(str(rng.randint(300, 2000)) for _ in range(12)))
+    return "\n".join(lines)
+
+
+HELD_OUT = {"lecture notes": lecture_notes(), "matrix manual": matrix_manual(), "football seasons": football_seasons()}
 ODD_BUT_TEXT = {                                     # language behind a few odd characters
     "colored log": "\x1b[32mINFO\x1b[0m 2023-01-01 12:00:01 server started on port 8080, workers ready\n" * 12,
     "glyph stand-in": "\x03".join("The quick brown fox jumps over the lazy dog while the farmer sleeps".split()) * 8,
@@ -143,7 +195,7 @@ ODD_BUT_TEXT = {                                     # language behind a few odd
                    "laborat\ufffdrio, entrega em at\ufffd quinze dias \ufffdteis ap\ufffds o recebimento. " * 4,
 }
 HANDMADE = {"Chinese paper": CHINESE_PAPER, "Classical Chinese": CLASSICAL_CHINESE, **UDHR, "OCR": OCR_ORDER,
-            "maths": MATHS, "references": REFERENCES, "HTML table": HTML_TABLE, **ODD_BUT_TEXT}
+            "maths": MATHS, "references": REFERENCES, "HTML table": HTML_TABLE, **ODD_BUT_TEXT, **HELD_OUT}
 
 
 def cldr_texts() -> dict[str, list[str]]:
@@ -199,6 +251,16 @@ def test_text_without_spaces_ocr_formulas_tables_and_references_are_kept(name: s
     assert not is_junk(text)
 
 
+@pytest.mark.parametrize("name", HELD_OUT)
+def test_formulas_among_prose_a_matrix_in_a_table_and_a_table_of_numbers_are_kept(name: str) -> None:
+    """Issue 40, item 3: several chunks each, none dropped; control characters are dropped from the kept text."""
+    kept, junk = chunks_of(HELD_OUT[name])
+    assert junk == 0 and len(kept) >= 2, (junk, len(kept))
+    assert not any(re.search(r"[\x00-\x08\x0e-\x1a]", c) for c in kept)
+    assert sum("λ" in c for c in kept) >= 5 if name == "lecture notes" else True
+    assert any("\uf8eb" in c for c in kept) if name == "matrix manual" else True
+
+
 def test_gb18030_classical_chinese_is_kept() -> None:
     text = CLASSICAL_CHINESE.encode("gb18030").decode("gb18030")
     assert chunks_of(text)[1] == 0 and not is_junk(text)
@@ -244,9 +306,25 @@ def test_encoded_data_hex_dumps_and_binary_are_still_junk(name: str) -> None:
         assert all(len("".join(c.split())) < 100 for c in kept) and len(kept) <= 2, [c[:60] for c in kept]
 
 
+def text_pdf(path: Path, text: str) -> None:
+    """A PDF of `text`, line by line in Helvetica: its control characters come back from the text layer as they
+    are (what Helvetica cannot show, such as λ, comes back as a middle dot)."""
+    import pymupdf
+
+    lines = [line for para in text.split("\n") for line in (textwrap.wrap(para, 95) or [""])]
+    doc = pymupdf.open()
+    for start in range(0, len(lines), 60):
+        page = doc.new_page(width=595, height=842)
+        for i, line in enumerate(lines[start:start + 60]):
+            page.insert_text((40, 50 + 12 * i), line, fontname="helv", fontsize=9)
+    doc.save(path)
+
+
 def test_a_run_keeps_every_language_file_and_skips_only_the_blobs(work: Path) -> None:
     """Real files through the whole pipeline: GB18030 decoded by the loader, markdown with an HTML table, a
-    data: URI beside prose (the prose stays), a base64 file (nothing stays)."""
+    data: URI beside prose (the prose stays), a base64 file (nothing stays), and one of each kind issue 40 held
+    out: PDFs whose text layer holds control characters (formulas among prose, a matrix in a table), a table of
+    numbers."""
     docs = work / "docs"
     (docs / "taohuayuan.txt").write_bytes(CLASSICAL_CHINESE.encode("gb18030"))
     (docs / "paper.txt").write_text(CHINESE_PAPER, encoding="utf-8")
@@ -257,6 +335,9 @@ def test_a_run_keeps_every_language_file_and_skips_only_the_blobs(work: Path) ->
     (docs / "figure.md").write_text("Sales rose in every quarter of the year, led by the northern region.\n\n"
                                     + JUNK["data: URI, markdown"](1) + "\n", encoding="utf-8")
     (docs / "blob.txt").write_text(JUNK["base64"](2))
+    text_pdf(docs / "eigenwerte.pdf", HELD_OUT["lecture notes"])     # control characters in a PDF's text layer
+    text_pdf(docs / "matrizen.pdf", HELD_OUT["matrix manual"])
+    (docs / "seasons.txt").write_text(HELD_OUT["football seasons"], encoding="utf-8")
     res = run(docs, work, config=NULL)
     assert res.rc == 0, res.stderr
     files = res.by_path()
@@ -265,5 +346,5 @@ def test_a_run_keeps_every_language_file_and_skips_only_the_blobs(work: Path) ->
     warning = next(w for w in files["figure.md"]["warnings"] if "non-language" in w)    # what was skipped shows
     assert "the first began '![plot](data:image/png;base64," in warning and len(warning) < 200, warning
     language = {p: f.get("junk_chunks", 0) for p, f in files.items() if p not in ("blob.txt", "figure.md")}
-    assert language == dict.fromkeys(language, 0) and len(language) == 6, files
+    assert language == dict.fromkeys(language, 0) and len(language) == 9, files
     assert all(files[p]["status"] == "ingested" and files[p]["chunks"] > 0 for p in language)

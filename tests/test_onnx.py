@@ -79,6 +79,22 @@ def test_int8_rows_within_the_guard() -> None:
     assert cos.mean() >= INT8_MEAN and cos.min() >= INT8_MIN, (cos.mean(), cos.min())
 
 
+def test_int8_vectors_depend_on_the_text_alone(torch_rows: np.ndarray) -> None:
+    """Issue 40, item 4: int8's activation scales are a text's own (one text a call), so a text alone and in two
+    different batches (other neighbours, other padding) gives the same vector; and it stays near torch."""
+    from ingest.onnx_export import PROBES
+
+    guarded("onnx-int8")
+    probes = json.loads(PROBES.read_text())
+    with EncodePool(backend="onnx-int8", normalize_embeddings=True) as pool:
+        alone = np.concatenate([pool.encode([t]) for t in TEXTS])
+        first = pool.encode(TEXTS + probes[:20])[:len(TEXTS)]
+        second = pool.encode(probes[-12:] + TEXTS[::-1])[-len(TEXTS):][::-1]
+    for a, b in ((alone, first), (alone, second), (first, second)):
+        assert cosines(a, b).min() >= 0.9999, cosines(a, b)
+    assert cosines(alone, torch_rows).mean() >= 0.99, cosines(alone, torch_rows)
+
+
 def _hostile_copy(dst: Path) -> Path:
     """The packaged model with, in every layer, one FFN unit given a bias of 1,000 and its output
     weights zeroed: the same function in fp32 (the unit adds nothing), but the per-tensor int8

@@ -89,6 +89,34 @@ def test_an_edited_file_reencodes_only_its_changed_chunks(work: Path) -> None:
     same_vectors(vectors(str(work / "store.db")), vectors(str(fresh / "store.db")))
 
 
+def test_a_rerun_of_many_changed_files_reads_their_previous_rows_in_a_few_calls(work: Path) -> None:
+    """Issue 40, item 2: reuse reads the previous rows of the changed files it expects together (a Milvus Lite
+    query scans the whole collection: one call a file made 3,000 changed files cost 15x their first ingest).
+    The report's reuse_reads counts the store calls; the null backend reads nothing."""
+    docs = work / "docs"
+    texts = {f"f{i:02d}.txt": paragraphs(f"many{i}", 3) for i in range(40)}
+    for name, text in texts.items():
+        (docs / name).write_text("\n\n".join(text))
+    config = SMALL + NO_CACHE + "[run]\nmax_files_in_flight = 64\n"
+    assert run(docs, work, config=config).rc == 0
+    for name, text in texts.items():
+        (docs / name).write_text("\n\n".join([f"An edited first paragraph of {name} about seals.", *text[1:]]))
+    second = run(docs, work, config=config)
+    assert second.rc == 0, second.stderr
+    for name in texts:
+        chunks, encoded, reused = counts(second, name)
+        assert 1 <= encoded <= 4 and reused == chunks - encoded > 0, (name, chunks, encoded, reused)
+    assert 1 <= second.report["totals"]["reuse_reads"] <= 4, second.report["totals"]["reuse_reads"]   # was 40
+
+    null = work / "null"
+    null.mkdir()
+    assert run(docs, null, "--backend", "null").rc == 0
+    for name, text in texts.items():
+        (docs / name).write_text("\n\n".join(text))
+    res = run(docs, null, "--backend", "null")
+    assert res.rc == 0 and res.report["totals"]["reuse_reads"] == 0, res.stderr
+
+
 def test_equal_embedded_texts_are_encoded_once_and_rows_keep_their_provenance(work: Path) -> None:
     """Without a context line, copies embed the same texts: the run encodes each once, in a file and across
     files; every row keeps its own id, source and chunk number."""

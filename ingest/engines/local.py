@@ -65,6 +65,7 @@ class LocalRun(Run):
         self._total: int | None = None      # files pulled from the scan, once it is exhausted
         self.pools: Pools | None = None
         self._replaced = 0                  # pools replaced before this run (a warm pipeline's)
+        self._reads = 0                     # the collection's reuse reads before this run (a warm pipeline's)
         self.stage: EncodeStage | None = None
         self.writer: Writer | None = None
 
@@ -74,6 +75,7 @@ class LocalRun(Run):
         cfg, col, self.timeline, pipe = self.cfg, self.col, Timeline(self.started), self.pipeline
         self.pools = pipe.loader_pools() if pipe else loader_pools(cfg)
         self._replaced = self.pools.replaced
+        self._reads = col.reuse.reads if col.reuse is not None else 0
         self.writer = (pipe.writer if pipe else Writer)(
             col.store, col.manifest, col.model.name, col.settings, cfg["store"]["batch_size"],
             lambda f: self.events.put(Accepted(f.ref.seq, f.chunk_count if f.outcome.status == "ingested" else 0)),
@@ -98,6 +100,7 @@ class LocalRun(Run):
     def engine_totals(self) -> dict[str, Any]:
         w = self.writer
         return {"pools_replaced": self.pools.replaced - self._replaced, "first_row_s": w.first_row_s(self.started) if w else None,
+                "reuse_reads": (self.col.reuse.reads if self.col.reuse is not None else 0) - self._reads,
                 "timeline": self.timeline.report(slots(self.cfg["loaders"], self.tally.by_format, self.stage.workers,
                                                        w.processes))}
 
@@ -168,6 +171,8 @@ class LocalRun(Run):
         if isinstance(job, Finished):
             return self._complete(job)
         self._pending[ref.seq] = job
+        if job.old_hash and self.col.reuse is not None:
+            self.col.reuse.expect(ref.source)         # its previous rows are read with others' (ingest/reuse.py)
         self.stage.start_pool()
         future = load.submit(self.pools, job.ref, self.loader_options, self.spec, job.known_hash)
         future.add_done_callback(lambda f: self.events.put(LoadDone(ref.seq, f.result())))

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 MODES = ("dense", "bm25", "hybrid")
 RRF_K = 60                # reciprocal-rank fusion: a hit's score is the sum of 1 / (RRF_K + its rank) over the lists
+ROWS_SOURCES = 1024        # rows(sources=...): sources of one filtered read
 SCHEMA_VERSION = 2        # collections of schema 1 (before titles and BM25) are Milvus only
 
 
@@ -199,9 +200,10 @@ class StoreBase:
         if removed:
             manifest.remove(removed)
 
-    def rows(self, fields: Sequence[str], source: str | None = None) -> list[dict[str, Any]]:
-        """`fields` of every row (for checks on small stores), or of `source`'s rows (any version: the reuse
-        of a changed file's vectors, ingest/reuse.py); "vector" as a sequence of floats."""
+    def rows(self, fields: Sequence[str], sources: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """`fields` of every row (for checks on small stores), or of the rows of `sources` (any version: the reuse
+        of changed files' vectors, ingest/reuse.py), in a few calls however many (ROWS_SOURCES a filter, never
+        one call a source: a Milvus query scans the whole collection); "vector" as a sequence of floats."""
         raise NotImplementedError
 
     def search(self, vector: Sequence[float] | None, k: int, mode: str = "dense", query: str = "") -> list[dict[str, Any]]:

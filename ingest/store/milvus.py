@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ingest.store.base import (MODES, RRF_K, Capabilities, Endpoint, StoreBase, StoreError, StoreRejected, flock,
-                               hit, one_line)
+from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, Endpoint, StoreBase, StoreError,
+                               StoreRejected, flock, hit, one_line)
 from ingest.store.lite_host import LiteHost, LiteServer
 from ingest.store.schema import Columns, collection_schema, upsert_request
 
@@ -352,15 +352,17 @@ class Store(StoreBase):
     def flush(self) -> None:
         self.call("flush", "flush", self.collection)
 
-    def rows(self, fields: Sequence[str], source: str | None = None) -> list[dict[str, Any]]:
+    def rows(self, fields: Sequence[str], sources: Sequence[str] | None = None) -> list[dict[str, Any]]:
         self.call("load the collection", "load_collection", self.collection)
-        where = 'id != ""' if source is None else f"source == {quote(source)}"
-        it = self.call("read rows", "query_iterator", self.collection, filter=where, output_fields=list(fields),
-                       batch_size=1000)
+        todo = [None] if sources is None else sorted(set(sources))
         out: list[dict[str, Any]] = []
-        while batch := it.next():
-            out.extend({f: r[f] for f in fields} for r in batch)
-        it.close()
+        for i in range(0, len(todo), ROWS_SOURCES):
+            where = 'id != ""' if sources is None else f"source in [{', '.join(map(quote, todo[i:i + ROWS_SOURCES]))}]"
+            it = self.call("read rows", "query_iterator", self.collection, filter=where, output_fields=list(fields),
+                           batch_size=1000)
+            while batch := it.next():
+                out.extend({f: r[f] for f in fields} for r in batch)
+            it.close()
         return out
 
     def sources_like(self, source: str, limit: int) -> list[str]:

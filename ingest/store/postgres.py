@@ -32,7 +32,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ingest.store.base import MODES, RRF_K, Capabilities, StoreBase, StoreError, StoreRejected, hit, one_line
+from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, StoreBase, StoreError, StoreRejected, hit,
+                               one_line)
 from ingest.store.schema import Columns
 
 CAPS = Capabilities("PostgreSQL + pgvector", embedded=False, writers=None, modes=MODES, transactional=True)
@@ -313,15 +314,20 @@ class PostgresStore(StoreBase):
     def flush(self) -> None:
         """Nothing to do: every write is committed when it returns."""
 
-    def rows(self, fields: Sequence[str], source: str | None = None) -> list[dict[str, Any]]:
+    def rows(self, fields: Sequence[str], sources: Sequence[str] | None = None) -> list[dict[str, Any]]:
         from psycopg import sql
 
         if unknown := set(fields) - set(COLUMNS):
             raise ValueError(f"no such fields: {sorted(unknown)}")
+        todo = [None] if sources is None else sorted(set(sources))
+        out: list[dict[str, Any]] = []
         with self._sql("read rows") as cur:
-            cur.execute(sql.SQL("SELECT {} FROM {}" + (" WHERE source = %s" if source is not None else "")).format(
-                sql.SQL(", ").join(map(sql.Identifier, fields)), self.table()), () if source is None else (source,))
-            return [{f: v.to_list() if f == "vector" else v for f, v in zip(fields, r)} for r in cur]
+            for i in range(0, len(todo), ROWS_SOURCES):
+                cur.execute(sql.SQL("SELECT {} FROM {}" + ("" if sources is None else " WHERE source = ANY(%s)")).format(
+                    sql.SQL(", ").join(map(sql.Identifier, fields)), self.table()),
+                    () if sources is None else (todo[i:i + ROWS_SOURCES],))
+                out.extend({f: v.to_list() if f == "vector" else v for f, v in zip(fields, r)} for r in cur)
+        return out
 
     def sources_like(self, source: str, limit: int) -> list[str]:
         from psycopg import sql

@@ -34,7 +34,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import numpy as np
 
-from ingest.store.base import MODES, RRF_K, Capabilities, StoreBase, StoreError, StoreRejected, flock, hit, one_line
+from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, StoreBase, StoreError, StoreRejected, flock,
+                               hit, one_line)
 from ingest.store.lite_folder import other_files
 from ingest.store.manifest import Summary, manifest_path, read_summary
 from ingest.store import qdrant_manifest as server
@@ -330,22 +331,27 @@ class QdrantStore(StoreBase):
     def flush(self) -> None:
         """Nothing to do: every write waits until it is applied (wait=True), and local mode commits each point."""
 
-    def rows(self, fields: Sequence[str], source: str | None = None) -> list[dict[str, Any]]:
-        """`fields` of every row, or of `source`'s ("id": our hex id; "vector": the dense vector)."""
+    def rows(self, fields: Sequence[str], sources: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """`fields` of every row, or of the rows of `sources` ("id": our hex id; "vector": the dense vector)."""
         from qdrant_client import models as m
 
         payload = [f for f in fields if f in FIELDS]
-        where = None if source is None else m.Filter(must=[m.FieldCondition(key="source", match=m.MatchValue(value=source))])
+        todo = [None] if sources is None else sorted(set(sources))
         out: list[dict[str, Any]] = []
-        offset = None
-        while True:
-            points, offset = self.call("read rows", "scroll", self.collection, limit=SCROLL, offset=offset, scroll_filter=where,
-                                       with_payload=payload or False, with_vectors="vector" in fields and [DENSE])
-            for p in points:
-                row = {"id": uuid.UUID(str(p.id)).hex, "vector": (p.vector or {}).get(DENSE), **(p.payload or {})}
-                out.append({f: row.get(f) for f in fields})
-            if offset is None:
-                return out
+        for i in range(0, len(todo), ROWS_SOURCES):
+            where = None if sources is None else m.Filter(must=[m.FieldCondition(
+                key="source", match=m.MatchAny(any=todo[i:i + ROWS_SOURCES]))])
+            offset = None
+            while True:
+                points, offset = self.call("read rows", "scroll", self.collection, limit=SCROLL, offset=offset,
+                                           scroll_filter=where, with_payload=payload or False,
+                                           with_vectors="vector" in fields and [DENSE])
+                for p in points:
+                    row = {"id": uuid.UUID(str(p.id)).hex, "vector": (p.vector or {}).get(DENSE), **(p.payload or {})}
+                    out.append({f: row.get(f) for f in fields})
+                if offset is None:
+                    break
+        return out
 
     def search(self, vector: Sequence[float] | None, k: int, mode: str = "dense", query: str = "") -> list[dict[str, Any]]:
         """The k best chunks: by cosine (dense), by BM25 on `query`'s terms (bm25: none, no hits), or a dense and a

@@ -184,9 +184,9 @@ class OnnxRunner(_Synchronous):
     worker's share of the cores."""
 
     def __init__(self, spec: WorkerSpec):
-        from .onnx_model import OnnxModel, runtime_for
+        from .onnx_model import OnnxModel, one_row_for, runtime_for
 
-        self.model = OnnxModel(spec.model_file, spec.threads, runtime_for(spec.backend))
+        self.model = OnnxModel(spec.model_file, spec.threads, runtime_for(spec.backend), one_row_for(spec.backend))
         self.normalize = spec.normalize
         self.dim = self.model.dim
         self.max_seq_length = spec.max_seq_length

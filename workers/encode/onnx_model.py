@@ -4,6 +4,14 @@ numpy, never torch, so such an encode worker is ready in well under a second, an
 search` embeds a query without torch. The graph (ingest/onnx_export.py) takes input_ids and
 attention_mask and returns the pooled embedding; normalizing is done here.
 
+NOTE (int8, one text a call): the int8 export (onnx-int8) is dynamically quantized: each call
+scales its activations by the range of the whole input tensor, so in a batch one text's vector
+would depend on its neighbours and on the padding (cosine down to 0.978 alone against in a batch).
+`one_row` runs each text alone, at its own length: its scales are its own, and equal texts give
+equal vectors whatever the batch (reuse and exact resume rest on that). Static quantization
+(scales calibrated once) was measured too and lost either accuracy or speed (docs/encoding.md);
+one text a call costs nothing on the CPU, as no padding is computed.
+
 OpenVINO compiles the same ONNX file. It picks its own inference precision for the CPU it
 finds: bfloat16 where the CPU has it (AMX, AVX512_BF16), else float32. The export's guard
 measures the result against torch on that machine.
@@ -21,10 +29,15 @@ def runtime_for(backend: str) -> str:
     return "openvino" if backend == "openvino" else "onnxruntime"
 
 
+def one_row_for(backend: str) -> bool:
+    """Whether a backend's export runs one text a call (NOTE: int8)."""
+    return backend == "onnx-int8"
+
+
 class OnnxModel:
-    def __init__(self, model_file: str, threads: int, runtime: str = "onnxruntime"):
+    def __init__(self, model_file: str, threads: int, runtime: str = "onnxruntime", one_row: bool = False):
         threads = max(1, threads)
-        self.runtime = runtime
+        self.runtime, self.one_row = runtime, one_row
         if runtime == "openvino":
             import openvino as ov
 
@@ -50,6 +63,9 @@ class OnnxModel:
 
     def embed(self, ids: np.ndarray, lengths: np.ndarray, normalize: bool) -> np.ndarray:
         """float32 (rows, dim) for padded ids (rows, longest) whose row i has lengths[i] real tokens."""
+        if self.one_row and len(lengths) > 1:
+            return np.concatenate([self.embed(ids[i:i + 1, :max(1, int(n))], lengths[i:i + 1], normalize)
+                                   for i, n in enumerate(lengths)])
         mask = (np.arange(ids.shape[1])[None, :] < lengths[:, None]).astype(np.int64)
         inputs = {"input_ids": ids.astype(np.int64), "attention_mask": mask}
         if self.runtime == "openvino":

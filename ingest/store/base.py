@@ -54,6 +54,9 @@ class Capabilities:
     transactional: bool          # `commit` deletes and records in one transaction
     hosted: bool = True          # other processes of the run reach it through `endpoint()` (else the run writes
     #                              in its own process: Qdrant's local mode)
+    staged: bool = False         # written rows stay unseen until `commit` publishes them with the removal of the
+    #                              versions they replace, in one step (LanceDB): the run does not flush first
+    shared_reads: bool = False   # an embedded store that searches read while a run holds it (LanceDB), unlocked
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-from lancedb.index import FTS, BTree
+from lancedb.index import FTS, BTree, IvfHnswSq
 
 from ingest.store.base import MODES, RRF_K, Capabilities, StoreBase, StoreError, StoreRejected, flock, hit, one_line
 from ingest.store.lite_folder import other_files
@@ -311,7 +311,7 @@ class LanceStore(StoreBase):
             self.call("clear the staged rows", self.table(self.staged).delete, "true")
         main = self.table()
         if main.count_rows() >= INDEX_ROWS and not any(i.columns == ["vector"] for i in main.list_indices()):
-            self.call("build the vector index", main.create_index, metric="cosine", index_type="IVF_HNSW_SQ")
+            self.call("build the vector index", main.create_index, "vector", config=IvfHnswSq(distance_type="cosine"))
         self.call("optimize the collection", main.optimize, cleanup_older_than=KEEP_VERSIONS)
 
     def rows(self, fields: Sequence[str], source: str | None = None) -> list[dict[str, Any]]:

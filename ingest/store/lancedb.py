@@ -134,7 +134,7 @@ class LanceStore(StoreBase):
             return fn(*args, **kwargs)
         except StoreError:
             raise
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
             raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None
         except Exception as exc:
             raise StoreError(f"store {self.uri} failed to {what}: {one_line(exc)}; check the folder "

@@ -17,8 +17,8 @@ not match, restricted to the replaced versions. A Lance commit is atomic (a new 
 a SIGKILL at any point leaves the old version or the new, never both and never neither. Staged rows of a
 failed file are simply never published. The manifest (SQLite beside the folder, as for Milvus Lite) records
 the files after that commit; a crash in between leaves the old entry, and the rerun redoes the file (the
-merge updates the same ids). What a killed run left staged is dropped when the next run takes the store
-(`lock`), and at `finish`. `flush` (not used by the run: `Capabilities.staged`) publishes every staged row.
+merge updates the same ids). What a killed run left staged is never published by another file's commit (a
+commit reads only its files' versions, one row per id) and is dropped by the next `finish` that wrote. `flush` (not used by the run: `Capabilities.staged`) publishes every staged row.
 
 NOTE (ownership): a run flocks `<folder>.lock` (one run at a time, the second refused in one line); searches
 need no lock (`Capabilities.shared_reads`): a reader sees the last committed version. Every connection reads
@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-from lancedb.index import FTS, BTree, IvfHnswSq
 
 from ingest.store.base import MODES, RRF_K, Capabilities, StoreBase, StoreError, StoreRejected, flock, hit, one_line
 from ingest.store.lite_folder import other_files
@@ -141,8 +140,8 @@ class LanceStore(StoreBase):
                              f"{self.local_path}, then rerun") from None
 
     def lock(self) -> None:
-        """Own the folder for this run (its flock `<folder>.lock`), then drop what a run that ended without
-        committing left staged (NOTE: last good copy)."""
+        """Own the folder for this run (its flock `<folder>.lock`), without opening it (an unchanged rerun never
+        does: the collection's Trusted)."""
         if self._lock_file is not None:
             return
         if refused := foreign_folder(self.local_path, self.uri):
@@ -152,8 +151,6 @@ class LanceStore(StoreBase):
         except OSError as exc:
             raise StoreError(f"cannot lock store {self.uri}: {one_line(exc)}; check that its folder is "
                              "writable") from None
-        if self._has(self.staged) and self.table(self.staged).count_rows():
-            self.call("clear the staged rows", self.table(self.staged).delete, "true")
 
     def close(self) -> None:
         self._tables, self._db = {}, None
@@ -200,6 +197,8 @@ class LanceStore(StoreBase):
             marks = {"role": "chunks", "model": model, "dim": dim, "backend": backend, "schema": self.SCHEMA_VERSION}
             schema = arrow_schema(dim, {META: json.dumps(marks).encode()})
             self.call("create the collection", self.db.create_table, self.collection, schema=schema)
+            from lancedb.index import FTS, BTree
+
             main = self.table()
             self.call("index the collection", main.create_index, "search_text", config=FTS(with_position=False))
             self.call("index the collection", main.create_index, "id", config=BTree())
@@ -305,14 +304,17 @@ class LanceStore(StoreBase):
         """At the end of a run that was not stopped: drop what is left staged (failed files'), fold new rows into
         the full-text and id indexes, compact, remove versions older than KEEP_VERSIONS, and past INDEX_ROWS rows
         build the vector index if there is none (IVF-HNSW, cosine)."""
-        if not self.exists():
+        if self._db is None or not self.exists():       # nothing written by this process: nothing to do
             return
         if self._has(self.staged) and self.table(self.staged).count_rows():
             self.call("clear the staged rows", self.table(self.staged).delete, "true")
         main = self.table()
         if main.count_rows() >= INDEX_ROWS and not any(i.columns == ["vector"] for i in main.list_indices()):
+            from lancedb.index import IvfHnswSq
+
             self.call("build the vector index", main.create_index, "vector", config=IvfHnswSq(distance_type="cosine"))
-        self.call("optimize the collection", main.optimize, cleanup_older_than=KEEP_VERSIONS)
+        if self.call("read the index", main.index_stats, "search_text_idx").num_unindexed_rows:
+            self.call("optimize the collection", main.optimize, cleanup_older_than=KEEP_VERSIONS)
 
     def rows(self, fields: Sequence[str], source: str | None = None) -> list[dict[str, Any]]:
         """`fields` of every published row, or of `source`'s ("vector": a list of floats)."""

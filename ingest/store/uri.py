@@ -71,6 +71,10 @@ def store_class(uri: str) -> type[StoreBase]:
             from ingest.store.qdrant import QdrantStore
             return QdrantStore
         if k == "lancedb":
+            from importlib.util import find_spec
+
+            if find_spec("lancedb") is None:          # the module imports it only when a call needs it
+                raise ImportError(name="lancedb")
             from ingest.store.lancedb import LanceStore
             return LanceStore
     except ImportError as exc:

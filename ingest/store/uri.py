@@ -59,7 +59,7 @@ def store_class(uri: str) -> type[StoreBase]:
     no store knows its scheme."""
     k = kind(uri)
     if k == "unknown":
-        from ingest.store.base import StoreError, redact
+        from ingest.store.errors import StoreError, redact
 
         raise StoreError(f"store {redact(uri)} has a scheme no store knows; use a path (Milvus Lite) or one of "
                          + ", ".join(f"{s}://" for s in SCHEMES))
@@ -78,7 +78,7 @@ def store_class(uri: str) -> type[StoreBase]:
             from ingest.store.lancedb import LanceStore
             return LanceStore
     except ImportError as exc:
-        from ingest.store.base import StoreError, redact
+        from ingest.store.errors import StoreError, redact
 
         extra = {"postgresql": "postgres", "lancedb": "lancedb"}.get(k, "qdrant")
         raise StoreError(f"store {redact(uri)} needs the package {exc.name or exc}, which is not installed; "

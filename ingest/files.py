@@ -11,21 +11,12 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, fields, replace
-from typing import NamedTuple
 
 import numpy as np
 
 from ingest.chunk import PageChunks
-
-
-class Row(NamedTuple):
-    """One chunk as the store keeps it (with its file's source, format and hash, added by the writer)."""
-    page: int | None
-    text: str
-    title: str
-    headings: str                      # the heading path, joined by " > "
-    element: str                       # "text" | "table"
-    bbox: str                          # "x0,y0,x1,y1" on its page, or ""
+from ingest.sections import context_line
+from ingest.store.rows import Row
 
 
 INTERRUPTED = "interrupted before it was written; rerun to ingest it"
@@ -112,9 +103,14 @@ class Finished:
         return sum(len(p.chunks) for p in self.pages)
 
     def chunk_texts(self) -> list[Row]:
-        """A Row for every chunk, in page order, then chunk order."""
-        return [Row(p.page, text, p.title or "", p.headings, p.element, p.bboxes[i] if p.bboxes else "")
-                for p in self.pages for i, text in enumerate(p.chunks)]
+        """The store's Row for every chunk, in page order, then chunk order, with its context line (one a page)."""
+        rows: list[Row] = []
+        for p in self.pages:
+            title = p.title or ""
+            context = context_line(self.ref.source, title, p.headings)
+            rows += [Row(p.page, text, title, p.headings, p.element, p.bboxes[i] if p.bboxes else "", context)
+                     for i, text in enumerate(p.chunks)]
+        return rows
 
     def token_ids(self) -> tuple[np.ndarray, np.ndarray]:
         """(every chunk's ids, one after another; tokens per chunk), both int32, in chunk_texts() order."""

@@ -34,17 +34,20 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ingest.backends import cache_dir, has_nvidia_gpu
 from ingest.model_ref import ModelRef
 from ingest.store.base import StoreBase, StoreError
+from ingest.store.rows import search_text
 from ingest.store.uri import kind
-from ingest.store.writers import search_text
 from ingest.vector_cache import VectorCache
 from ingest.workers.encode import Pretokenized
+
+if TYPE_CHECKING:
+    from ingest.store.collection import Collection
 
 READ_SOURCES = 1024          # changed files whose previous rows are read in one store call
 MEMO_ROWS = 32768           # vectors of distinct keys this run keeps for later chunks (~50 MB at dim 384)
@@ -125,6 +128,21 @@ class Reuse:
             cache = VectorCache(cache_path(c["path"], store), c["vectors_mb"], model.dim)
         return cls(fp, model.dim, store if store_ok else None, cache if cache is not None and cache.usable else None)
 
+    @classmethod
+    def attach(cls, col: Collection, cfg: dict[str, Any], reembed: bool) -> Collection:
+        """`col` (just opened by `open_collection`) with the run's Reuse, which `col.close` closes; if that fails,
+        what `open_collection` took is given back (manifest, lease, store), as its own failures do."""
+        try:
+            col.reuse = cls.open(cfg, col.model, col.backend, col.store, col.manifest, reembed, col.rebuilt,
+                                 fresh=not col.known)
+        except BaseException:
+            col.manifest.close()
+            if col.lease is not None:
+                col.lease.release()
+            col.store.close()
+            raise
+        return col
+
     def plan(self, part: Any, tokens: Pretokenized) -> Plan:
         """Where each of the group's vectors comes from (NOTE); the misses' keys are marked as on their way."""
         keys = chunk_keys(self._secret, tokens) if len(tokens) else []
@@ -145,7 +163,7 @@ class Reuse:
             rows = self._rows_of(file.ref.source)
             for i in todo:
                 row = part.chunks[i]
-                if (v := rows.get((search_text(file.ref.source, row), row.element))) is not None:
+                if (v := rows.get((search_text(row), row.element))) is not None:
                     plan.found[i] = v
                     plan.to_cache.append(i)
             todo = [i for i in todo if i not in plan.found]

@@ -100,6 +100,8 @@ class Searcher:
     def _lock_or_share(self, uri: str, collection: str) -> None:
         """Own an embedded store for this search; a Milvus Lite store that a run or `ingest watch` holds is
         read through its Lite host instead (ingest/store/lite_host.py NOTE), else its StoreError stands."""
+        if self.store.caps.shared_reads:      # LanceDB: readers see the last commit, beside a run
+            return
         try:
             self.store.lock()
         except StoreError:

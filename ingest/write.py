@@ -327,7 +327,7 @@ class Ledger:
         answers of other files meanwhile (their sources are other keys of `failed` and `touched`)."""
         if files is None:
             files, self.files = self.files, []
-        if any(f.ref.source in self.touched for f in files):
+        if not self.store.caps.staged and any(f.ref.source in self.touched for f in files):
             self.store.flush()
         done = [self._settle(f) for f in files]
         dropped = [f.ref.source for f in done if f.drop]

@@ -39,7 +39,7 @@ class CountingStore(Store):
 def _write(store: Store, files: dict[str, tuple[str, int]]) -> None:
     """Rows of each source: (version hash, chunks), with null-ish vectors."""
     segments = [Segment(source, "txt", version, 0,
-                        tuple(Row(None, f"{source} {version} chunk {i}", "", "", "text", "") for i in range(n)),
+                        tuple(Row(None, f"{source} {version} chunk {i}", "", "", "text", "", "") for i in range(n)),
                         np.full((n, 8), 0.5, dtype=np.float32)) for source, (version, n) in files.items()]
     for i in range(0, len(segments), 256):
         assert isinstance(upsert(store, Batch(tuple(segments[i:i + 256]))), Ack)

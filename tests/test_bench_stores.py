@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import cli_env
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "stores.py"
-STORES = ("milvus-lite", "postgresql", "qdrant-local", "milvus-server")
+STORES = ("milvus-lite", "postgresql", "qdrant-local", "milvus-server", "lancedb")
 MODES = ("dense", "bm25", "hybrid")
 
 

@@ -53,7 +53,7 @@ def test_add_goes_on_while_a_commit_waits_for_a_stopped_store(tmp_path: Path,
     rng = np.random.default_rng(0)
 
     def add(i: int) -> None:
-        writer.add(_file(i), 0, [Row(None, f"text of file {i}", "", "", "text", "")],
+        writer.add(_file(i), 0, [Row(None, f"text of file {i}", "", "", "text", "", "")],
                    rng.random((1, 8), dtype=np.float32), last=True)
 
     try:

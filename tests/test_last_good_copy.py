@@ -4,6 +4,7 @@ its server lease deletes nothing more, and a lease is taken over only when its h
 Real CLI, real Milvus (Lite and a server), real file permissions, a real Ray cluster."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Result, cli_env, ray_config, run, run_on, server_rows, store_rows
+from ingest.store.manifest import manifest_path
 
 PLUGIN = '[loaders]\nplugins = ["last_good_loaders"]\n'
 SMALL = ('[model]\nbackend = "null"\n[chunking]\nchunk_tokens = 24\noverlap_tokens = 4\n[store]\nbatch_size = 8\n'
@@ -37,6 +39,21 @@ def by_source(rows: list[dict]) -> dict[str, dict[str, str]]:
     for r in rows:
         out.setdefault(r["source"], {})[r["id"]] = r["file_hash"]
     return out
+
+
+def _rows(uri: str, _work: Path) -> list[dict]:
+    """Every row's id, source and file_hash of the store at `uri`, read by a process of its own."""
+    code = ("import json, sys; from ingest.store import open_store\n"
+            "s = open_store(sys.argv[1], 'documents')\n"
+            "print(json.dumps(s.rows(['id', 'source', 'file_hash']) if s.exists() else []))")
+    proc = subprocess.run([sys.executable, "-c", code, uri], capture_output=True, text=True, env=cli_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _entries(uri: str, _work: Path) -> dict[str, str]:
+    with sqlite3.connect(manifest_path(uri, "documents")) as con:
+        return dict(con.execute("SELECT source, file_hash FROM files"))
 
 
 def lite_entries(work: Path) -> dict[str, str]:
@@ -61,10 +78,15 @@ def _fails_part_way(res: Result) -> None:
         assert files[name]["status"] == "failed" and "refused" in files[name]["error"], files[name]
 
 
-def test_a_version_that_fails_part_way_keeps_the_last_good_copy(work: Path) -> None:
+@pytest.mark.parametrize("store", ["milvus-lite", "lancedb"])
+def test_a_version_that_fails_part_way_keeps_the_last_good_copy(work: Path, store: str) -> None:
     docs = work / "docs"
+    uri = str(work / "store.db") if store == "milvus-lite" else f"lancedb://{work / 'lance'}"
+    run = functools.partial(run_on, uri, "documents")
+    store_rows = functools.partial(_rows, uri)
+    lite_entries = functools.partial(_entries, uri)
     _, v2, v3 = _versions(docs)
-    first = run(docs, work, config=SMALL)
+    first = run(work, config=SMALL)
     assert first.rc == 0, first.stderr
     good = by_source(store_rows(work))["keep.paged"]
     assert len(good) == first.by_path()["keep.paged"]["chunks"] >= 20
@@ -72,7 +94,7 @@ def test_a_version_that_fails_part_way_keeps_the_last_good_copy(work: Path) -> N
 
     (docs / "keep.paged").write_text(v2)                              # changed: fails after some batches
     (docs / "fresh.paged").write_text("\n\n".join(paragraphs("fresh", 6) + ["OVERFLOW"]))   # new: the same
-    second = run(docs, work, config=SMALL)
+    second = run(work, config=SMALL)
     assert second.rc == 1, second.stderr
     _fails_part_way(second)
     rows = by_source(store_rows(work))
@@ -82,7 +104,7 @@ def test_a_version_that_fails_part_way_keeps_the_last_good_copy(work: Path) -> N
 
     (docs / "keep.paged").write_text(v3)
     (docs / "fresh.paged").unlink()
-    third = run(docs, work, config=SMALL)
+    third = run(work, config=SMALL)
     assert third.rc == 0 and third.by_path()["keep.paged"]["status"] == "ingested", third.stderr
     rows = by_source(store_rows(work))
     assert set(rows) == {"keep.paged"} and set(rows["keep.paged"].values()) == {lite_entries(work)["keep.paged"]}

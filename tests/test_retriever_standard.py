@@ -1,6 +1,6 @@
 """Issue 33, item 5: LangChain's own standard retriever tests (langchain-tests' RetrieversIntegrationTests)
-against IngestRetriever, on every store: Milvus Lite, a Milvus server, PostgreSQL + pgvector and Qdrant's
-local mode. Each store holds six short text files ingested by `ingest run` with the packaged model; every
+against IngestRetriever, on every store: Milvus Lite, a Milvus server, PostgreSQL + pgvector, Qdrant's
+local mode and LanceDB. Each store holds six short text files ingested by `ingest run` with the packaged model; every
 retriever of the module shares one query model (IngestRetriever loads it once a process)."""
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ def _build(kind: str, request: pytest.FixtureRequest, tmp: Path) -> str:
         uri = request.getfixturevalue("milvus_uri")
     elif kind == "postgresql":
         uri = request.getfixturevalue("pg_server").database("retriever")
+    elif kind == "lancedb":
+        uri = f"lancedb://{tmp / 'lance'}"
     else:
         uri = f"qdrant://{tmp / 'qdrant'}"
     docs = tmp / "docs"
@@ -76,6 +78,10 @@ class TestPostgres(_Ingest):
 
 class TestQdrantLocal(_Ingest):
     store_kind = "qdrant-local"
+
+
+class TestLanceDB(_Ingest):
+    store_kind = "lancedb"
 
 
 def test_call_time_k_and_mode_and_first_hit() -> None:

@@ -1,6 +1,6 @@
 """The store contract: the same cases on every store behind `ingest.store.base.StoreBase`, chosen by URI
 (`open_store`): Milvus Lite, a Milvus server (milvus-lite server on loopback), a real PostgreSQL + pgvector
-(`pg_server`) and Qdrant's local mode. A Qdrant server could not be installed here: it is not tested.
+(`pg_server`), Qdrant's local mode and LanceDB. A Qdrant server could not be installed here: it is not tested.
 
 Cases: an idempotent upsert; two versions, then exactly one (commit); the manifest round trip; a second
 owner refused; a takeover after expiry, then the fence; a foreign collection refused and untouched; a planted
@@ -24,7 +24,7 @@ from ingest.store.manifest import Entry, SqliteManifest, manifest_path
 from ingest.store.schema import Columns
 
 DIM = 16
-KINDS = ["milvus-lite", "milvus", "postgresql", "qdrant-local"]
+KINDS = ["milvus-lite", "milvus", "postgresql", "qdrant-local", "lancedb"]
 
 
 @pytest.fixture(params=KINDS)
@@ -37,6 +37,8 @@ def uri(request, tmp_path) -> str:
         return request.getfixturevalue("milvus_uri")
     if kind == "postgresql":
         return request.getfixturevalue("pg_uri")
+    if kind == "lancedb":
+        return f"lancedb://{tmp_path / 'lance'}"
     return f"qdrant://{tmp_path / 'qdrant'}"
 
 
@@ -214,6 +216,8 @@ def make_foreign(request, uri: str, name: str) -> None:
         elif store.caps.name.startswith("PostgreSQL"):
             request.getfixturevalue("pg_server").sql(f'CREATE TABLE "{name}" (id text PRIMARY KEY, body text); '
                                                      f"INSERT INTO \"{name}\" VALUES ('1', 'theirs')")
+        elif store.caps.name == "LanceDB":
+            store.db.create_table(name, [{"id": "1", "vector": [0.1, 0.2, 0.3, 0.4]}])
         else:
             from qdrant_client import models
 
@@ -232,6 +236,8 @@ def foreign_rows(request, uri: str, name: str) -> int:
             return len(store.call("count", "query", name, filter="id >= 0", output_fields=["id"]))
         if store.caps.name.startswith("PostgreSQL"):
             return request.getfixturevalue("pg_server").sql(f'SELECT count(*) FROM "{name}"')[0][0]
+        if store.caps.name == "LanceDB":
+            return store.table().count_rows()
         store.lock()
         return store.client.count(name).count
     finally:
@@ -267,7 +273,8 @@ def test_errors_classed_as_the_files_or_the_runs(uri, name):
         store.upsert_columns(columns("good.txt", "g", ["fine"]))       # the store still takes other files' rows
     port = _closed_port()
     dead = {"milvus-lite": None, "milvus": f"http://127.0.0.1:{port}",
-            "postgresql": f"postgresql://u:s3cret@127.0.0.1:{port}/db", "qdrant-local": f"qdrant://127.0.0.1:{port}"}
+            "postgresql": f"postgresql://u:s3cret@127.0.0.1:{port}/db", "qdrant-local": f"qdrant://127.0.0.1:{port}",
+            "lancedb": None}
     target = dead[_kind(uri)]
     if target is None:
         return

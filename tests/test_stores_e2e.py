@@ -1,5 +1,5 @@
-"""Issue 31, items 4 and 5: everything works on PostgreSQL + pgvector (a real server, `pg_server`) and on
-Qdrant's local mode, through the real CLI: `ingest run` of the bundled samples with the packaged model, then
+"""Issue 31, items 4 and 5 (issue 39: and LanceDB): everything works on PostgreSQL + pgvector (a real server,
+`pg_server`), on Qdrant's local mode and on LanceDB, through the real CLI: `ingest run` of the bundled samples with the packaged model, then
 `search`, `status`, `eval` and `IngestRetriever` find the right sample; reruns skip unchanged files and
 replace a changed one's rows; --prune; resume after SIGKILL; SIGTERM; the Ray engine; `watch`; and a
 password never shown (report, HTML report, status, errors), PGPASSWORD honoured, bad input refused in one
@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ import pytest
 
 from conftest import TESTS, cli_env, ingest, needs_soffice, ray_config
 from ingest.store import open_store
+from ingest.store.manifest import manifest_path
 
 SAMPLES = TESTS.parent / "samples"
 OCTOPUS = "mascot-deck.pptx"
@@ -28,7 +30,7 @@ FILES = 2500
 def rows_of(uri: str, collection: str = "documents") -> list[tuple[str, str]]:
     """(source, file_hash) of every row, read in a process of its own (a Qdrant local folder is one process's)."""
     code = ("import json, sys; from ingest.store import open_store\n"
-            "s = open_store(sys.argv[1], sys.argv[2]); s.lock()\n"
+            "s = open_store(sys.argv[1], sys.argv[2]); s.caps.shared_reads or s.lock()\n"
             "print(json.dumps([(r['source'], r['file_hash']) for r in s.rows(['source', 'file_hash'])] "
             "if s.exists() else [])); s.close()")
     proc = subprocess.run([sys.executable, "-c", code, uri, collection], capture_output=True, text=True, env=cli_env(),
@@ -43,12 +45,14 @@ def run(uri: str, folder: Path, cwd: Path, *extra: str, collection: str = "docum
                   "--quiet", *extra, cwd=cwd, config=config)
 
 
-@pytest.fixture(scope="module", params=["postgresql", "qdrant-local"])
+@pytest.fixture(scope="module", params=["postgresql", "qdrant-local", "lancedb"])
 def ingested(request, tmp_path_factory) -> tuple[str, Path]:
     """(uri, work folder) of a store holding the bundled samples, ingested with the defaults."""
     work = tmp_path_factory.mktemp(request.param)
     if request.param == "postgresql":
         uri = request.getfixturevalue("pg_server").database("samples")
+    elif request.param == "lancedb":
+        uri = f"lancedb://{work / 'lance'}"
     else:
         uri = f"qdrant://{work / 'qdrant'}"
     res = run(uri, SAMPLES, work)
@@ -82,8 +86,9 @@ def test_samples_found_first_status_eval_and_retriever(ingested) -> None:
 
 
 def test_reruns_replace_changed_rows_and_prune(tmp_path, request) -> None:
-    for uri in (request.getfixturevalue("pg_server").database("reruns"), f"qdrant://{tmp_path / 'qdrant'}"):
-        work = tmp_path / uri.rsplit("/", 1)[1].replace("qdrant", "work")
+    for uri in (request.getfixturevalue("pg_server").database("reruns"), f"qdrant://{tmp_path / 'qdrant'}",
+                f"lancedb://{tmp_path / 'lance'}"):
+        work = tmp_path / uri.rsplit("/", 1)[1].replace("qdrant", "work").replace("lance", "lwork")
         docs = work / "docs"
         docs.mkdir(parents=True)
         for i in range(6):
@@ -103,10 +108,11 @@ def test_reruns_replace_changed_rows_and_prune(tmp_path, request) -> None:
         assert [r for r in rows if r[0] != "f1.txt"] == [r for r in first if r[0] not in ("f1.txt", "f2.txt")]
 
 
-def test_resume_after_sigkill_and_stop_on_sigterm(tmp_path, request) -> None:
-    """A run SIGKILLed part-way resumes; a SIGTERMed one stops with 143 and its report, both on PostgreSQL."""
-    pg = request.getfixturevalue("pg_server")
-    uri = pg.database("faults")
+@pytest.mark.parametrize("store", ["postgresql", "lancedb"])
+def test_resume_after_sigkill_and_stop_on_sigterm(tmp_path, request, store) -> None:
+    """A run SIGKILLed part-way resumes; a SIGTERMed one stops with 143 and its report, on PostgreSQL and LanceDB."""
+    pg = request.getfixturevalue("pg_server") if store == "postgresql" else None
+    uri = pg.database("faults") if pg else f"lancedb://{tmp_path / 'lance'}"
     docs = tmp_path / "docs"
     docs.mkdir()
     for i in range(FILES):       # more than one commit's worth (FLUSH_FILES)
@@ -116,36 +122,43 @@ def test_resume_after_sigkill_and_stop_on_sigterm(tmp_path, request) -> None:
                                  "--collection", collection, "--report", "report.json", "--quiet"], cwd=tmp_path,
                                 env=cli_env(), stderr=subprocess.PIPE, start_new_session=True)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None and not _recorded(pg, collection):
+        while time.monotonic() < deadline and proc.poll() is None and not _recorded(pg or uri, collection):
             time.sleep(0.2)
         assert proc.poll() is None, proc.communicate()[1][-2000:]
         os.killpg(proc.pid, signum)
         assert proc.wait(timeout=60) == code
         if signum == signal.SIGTERM:
             assert json.loads((tmp_path / "report.json").read_text())["totals"]["signal"] == "SIGTERM"
-        assert _recorded(pg, collection) < FILES
+        assert _recorded(pg or uri, collection) < FILES
         res = run(uri, docs, tmp_path, "--backend", "null", collection=collection)
         assert res.rc == 0, res.stderr
         rows = rows_of(uri, collection)
         assert len({s for s, _ in rows}) == FILES and len(set(rows)) == FILES        # one version of each file
-        assert len(rows) == pg.sql(f'SELECT sum(chunks) FROM "{collection}__files"', "faults")[0][0]
+        assert len(rows) == _recorded(pg or uri, collection, "sum(chunks)")
 
 
-def _recorded(pg, collection: str) -> int:
+def _recorded(pg_or_uri, collection: str, what: str = "count(*)") -> int:
+    """What the manifest records: PostgreSQL's table, or the SQLite file beside an embedded store."""
     try:
-        return pg.sql(f'SELECT count(*) FROM "{collection}__files"', "faults")[0][0]
+        if isinstance(pg_or_uri, str):
+            with sqlite3.connect(manifest_path(pg_or_uri, collection)) as con:
+                return con.execute(f"SELECT {what} FROM files").fetchone()[0] or 0
+        return pg_or_uri.sql(f'SELECT {what} FROM "{collection}__files"', "faults")[0][0]
     except Exception:           # the run has not made the manifest yet
         return 0
 
 
-def test_ray_engine_and_watch_on_postgresql(tmp_path, request, ray_address) -> None:
-    pg = request.getfixturevalue("pg_server")
-    uri = pg.database("rayw")
+@pytest.mark.parametrize("store", ["postgresql", "lancedb"])
+def test_ray_engine_and_watch(tmp_path, request, store) -> None:
+    ray_address = request.getfixturevalue("ray_address") if store == "postgresql" else ""
+    uri = request.getfixturevalue("pg_server").database("rayw") if store == "postgresql" else \
+        f"lancedb://{tmp_path / 'lance'}"
     docs = tmp_path / "docs"
     docs.mkdir()
     for i in range(5):
         (docs / f"r{i}.txt").write_text(f"ray file {i}. " * 50)
-    res = run(uri, docs, tmp_path, "--backend", "null", config=ray_config(ray_address))
+    # a Ray cluster's other machines cannot write a LanceDB folder: the local engine ingests it
+    res = run(uri, docs, tmp_path, "--backend", "null", config=ray_config(ray_address) if store == "postgresql" else "")
     assert res.rc == 0, res.stderr
     assert {s for s, _ in rows_of(uri)} == {f"r{i}.txt" for i in range(5)}
     proc = subprocess.Popen([sys.executable, "-m", "ingest.cli", "watch", "docs", "--store", uri, "--backend", "null",

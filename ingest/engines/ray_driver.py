@@ -96,7 +96,8 @@ class RayRun(Run):
             raise ConfigError(f"store {uri} is Qdrant's local mode, which only the run's own process may open, not "
                               "Ray's writers; use --engine local, or a Qdrant server (--store qdrant://host:6333)")
         if is_local(uri) and self.cfg["ray"]["address"]:
-            raise ConfigError(f"store {self.cfg['store']['uri']} is a Milvus Lite file, which only this machine can "
+            what = "a Milvus Lite file" if kind(uri) == "milvus-lite" else "a LanceDB folder"
+            raise ConfigError(f"store {self.cfg['store']['uri']} is {what}, which only this machine can "
                               "write; with [ray] address set, use a Milvus server URI (--store http://host:19530)")
 
     def ingest(self, files: Iterator[tuple[FileRef, Outcome | None]]) -> None:

@@ -36,6 +36,7 @@ from ingest.engines.stop import Interrupted, StopSignals
 from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
 from ingest.model_ref import ModelNotFound
 from ingest.progress import Progress
+from ingest.reuse import Reuse
 from ingest.report import Tally, default_report_path, summary, unwritable, write_unstarted
 from ingest.scan import Scan, common_root, scan, under
 from ingest.status import LastRun
@@ -93,7 +94,8 @@ class Run:
         try:
             self.check()
             load.import_plugins(tuple(cfg["loaders"]["plugins"]))
-            self.col = col = self.pipeline.collection(self.reembed) if self.pipeline else open_collection(cfg, self.reembed)
+            self.col = col = self.pipeline.collection(self.reembed) if self.pipeline else \
+                Reuse.attach(open_collection(cfg, self.reembed), cfg, self.reembed)
         except START_ERRORS as exc:             # the report says why, then the one line (exit 2)
             error = f"the run cannot start: {exc}" if isinstance(exc, OSError) else str(exc)
             unwritten = self._report_unstarted(started, error, EXIT_ERROR)

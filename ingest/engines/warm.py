@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ingest import load
 from ingest.config import FORMAT_POOLS
 from ingest.encode import EncodeStage, start_pool
+from ingest.reuse import Reuse
 from ingest.store.collection import Collection, open_collection
 from ingest.store.writers import WriterPool
 from ingest.workers.pool import Pools
@@ -61,7 +62,7 @@ class Pipeline:
         if self.col is not None:
             self.col.known = self.col.manifest.all()
             return self.col
-        col = open_collection(self.cfg, reembed)
+        col = Reuse.attach(open_collection(self.cfg, reembed), self.cfg, reembed)
         if not col.store.caps.hosted:
             return col
         try:

@@ -1,7 +1,7 @@
 """The store family: everything that talks to a vector store or keeps what it holds.
 
 `base` (the interface every store implements: `StoreBase`, `Capabilities`, errors), `uri` (which store a
-URI names: `open_store`, `store_at`), one module per store (`milvus`, `postgres`, `qdrant`), `schema` (the
+URI names: `open_store`, `store_at`), one module per store (`milvus`, `postgres`, `qdrant`, `lancedb`), `schema` (the
 fields and the rows to upsert), `collection` (store and manifest opened and owned together), `manifest`
 (the SQLite manifest of an embedded store) and `server_manifest` (a Milvus server's), `writers` (the
 writer processes), `lite_host` (the process that serves a Milvus Lite file). The steps import the

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
+from ingest.store.errors import LeaseLost, StoreError, StoreRejected, one_line, redact  # noqa: F401 (re-exported)
 from ingest.store.schema import Columns
 
 if TYPE_CHECKING:
@@ -30,19 +30,6 @@ MODES = ("dense", "bm25", "hybrid")
 RRF_K = 60                # reciprocal-rank fusion: a hit's score is the sum of 1 / (RRF_K + its rank) over the lists
 ROWS_SOURCES = 1024        # rows(sources=...): sources of one filtered read
 SCHEMA_VERSION = 2        # collections of schema 1 (before titles and BM25) are Milvus only
-
-
-class StoreError(RuntimeError):
-    """A store problem the user must act on; the message is one line."""
-
-
-class StoreRejected(StoreError):
-    """The server answered but refused the call (bad data such as an over-long field): the
-    problem belongs to the rows sent, not to the store."""
-
-
-class LeaseLost(StoreError):
-    """This run no longer owns its collection: the run must stop (not fail one file)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +42,9 @@ class Capabilities:
     transactional: bool          # `commit` deletes and records in one transaction
     hosted: bool = True          # other processes of the run reach it through `endpoint()` (else the run writes
     #                              in its own process: Qdrant's local mode)
+    staged: bool = False         # written rows stay unseen until `commit` publishes them with the removal of the
+    #                              versions they replace, in one step (LanceDB): the run does not flush first
+    shared_reads: bool = False   # an embedded store that searches read while a run holds it (LanceDB), unlocked
 
 
 @dataclass(frozen=True)
@@ -237,23 +227,6 @@ def hit(e: Mapping[str, Any], score: float) -> dict[str, Any]:
     return {"score": float(score), "source": e["source"], "page": e.get("page") or None, "chunk": e["chunk"],
             "text": e["text"], "title": e.get("title") or "", "headings": e.get("headings") or "",
             "element": e.get("element") or "text", "bbox": [float(v) for v in box] if len(box) == 4 else None}
-
-
-_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@?#]*):(?P<pw>[^@/?#]*)@", re.I)
-_QUERY_SECRET = re.compile(r"(?P<key>[?&](password|api_key|apikey|token)=)[^&#]*", re.I)
-
-
-def redact(uri: str) -> str:
-    """`uri` with any password or key in it replaced by ***: what messages, reports and status show."""
-    uri = _PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", uri)
-    return _QUERY_SECRET.sub(lambda m: f"{m['key']}***", uri)
-
-
-def one_line(exc: BaseException) -> str:
-    """The useful part of a client's error, on one line (gRPC's details when it has them)."""
-    text = " ".join(str(exc).split())
-    found = re.search(r'details = "([^"]+)"', text) or re.search(r"message=(.+?)\)>", text)
-    return redact((found.group(1) if found else text)[:300] or type(exc).__name__)
 
 
 def flock(path: Path, uri: str, why: str) -> IO[str]:

@@ -13,19 +13,22 @@ import json
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol
 
 from ingest.backends import choose, model_file
 from ingest.store.lite_folder import foreign_folder
 from ingest.store.manifest import Entry, Manifest, SqliteManifest, manifest_path
 from ingest.model_ref import ModelRef, resolve_model
-from ingest.reuse import Reuse
 from ingest.store.base import SCHEMA_VERSION, Lease, StoreBase, StoreError
 from ingest.store.uri import kind, open_store
 
 STORE_META = "store"       # manifest meta of a Lite store: its Trusted, as JSON, after a clean close
 LITE_ROWS = 100_000        # rows past which a Lite store warns (docs/scale.md)
 QDRANT_LOCAL_ROWS = 20_000     # ... and Qdrant's local mode (its client's own threshold)
+
+
+class Closing(Protocol):
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -39,7 +42,8 @@ class Collection:
     lease: Lease | None            # a server collection's lease; an embedded store is flocked instead
     trusted: Trusted | None = None     # a Lite store opened on its manifest's word (open_collection)
     warnings: list[str] = field(default_factory=list)     # said at the start of the run and in its report
-    reuse: Reuse | None = None     # the run's reuse of vectors (ingest/reuse.py)
+    rebuilt: bool = False          # --reembed replaced a collection that existed
+    reuse: Closing | None = None   # the run's reuse of vectors (ingest/reuse.py: `with_reuse`), closed with it
 
     def check_lease(self) -> None:
         """Raise LeaseLost (a StoreError, one line) if a server collection's lease was lost: stop the run."""
@@ -125,10 +129,8 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
         if store.caps.embedded:
             manifest.set_meta(STORE_META, "")  # no trust until this run closes the store cleanly (Collection.close)
         known = manifest.all()
-        reuse = Reuse.open(cfg, model, backend, store, manifest, reembed, existed, fresh=not known)
-        undo.callback(reuse.close)
         collection = Collection(model, backend, settings, store, manifest, known, lease, trusted,
-                                _size_warnings(store, sum(e.chunks for e in known.values())), reuse)
+                                _size_warnings(store, sum(e.chunks for e in known.values())), existed)
         undo.pop_all()
         return collection
 

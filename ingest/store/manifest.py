@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, Protocol
 
-from ingest.store.base import StoreError
+from ingest.store.errors import StoreError
 from ingest.store.uri import local_path
 
 _SCHEMA = """

@@ -98,7 +98,7 @@ class NullStore(StoreBase):
     def delete_stale(self, keep: Mapping[str, str]) -> None:
         """Nothing kept, nothing to delete."""
 
-    def rows(self, fields: Sequence[str], source: str | None = None) -> list[dict[str, Any]]:
+    def rows(self, fields: Sequence[str], sources: Sequence[str] | None = None) -> list[dict[str, Any]]:
         return []
 
     def sources_like(self, source: str, limit: int) -> list[str]:

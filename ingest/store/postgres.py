@@ -34,10 +34,10 @@ import numpy as np
 
 from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, StoreBase, StoreError, StoreRejected, hit,
                                one_line)
+from ingest.store.postgres_sql import MARK, VALUE_ERRORS, connect, fail
 from ingest.store.schema import Columns
 
 CAPS = Capabilities("PostgreSQL + pgvector", embedded=False, writers=None, modes=MODES, transactional=True)
-MARK = "ingest"                 # the COMMENT's key saying which of ingest's tables it is
 NAME_MAX = 63                   # PostgreSQL truncates longer identifiers (NAMEDATALEN - 1 bytes)
 INDEX_TIMEOUT_S = 3 * 3600      # the HNSW build of a large first load
 COLUMNS = ("id", "vector", "text", "source", "page", "chunk", "format", "file_hash", "title", "headings", "element",
@@ -49,51 +49,6 @@ _TABLE = ("CREATE TABLE {t} (id text PRIMARY KEY, vector vector({dim}) NOT NULL,
           "tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, search_text)) STORED); "
           "CREATE INDEX ON {t} (source); CREATE INDEX ON {t} USING gin (tsv); COMMENT ON TABLE {t} IS {mark}")
 HIT_FIELDS = ("text", "source", "page", "chunk", "format", "title", "headings", "element", "bbox")
-VALUE_ERRORS = (ValueError, TypeError, OverflowError, UnicodeError)
-
-
-def connect(address: str, uri: str, timeout_s: float):
-    """A psycopg connection (autocommit) to `address`, every statement bounded by `timeout_s`, pgvector's types
-    registered when the extension is there. StoreError, one line, if it cannot."""
-    import psycopg
-
-    try:
-        conn = psycopg.connect(address, autocommit=True, connect_timeout=max(2, round(timeout_s)),
-                               fallback_application_name="ingest", keepalives=1, keepalives_idle=30,
-                               keepalives_interval=10, keepalives_count=3, tcp_user_timeout=round(timeout_s * 1000))
-    except psycopg.Error as exc:
-        raise StoreError(f"cannot connect to {uri}: {one_line(exc)}; check the server, the database, the user and "
-                         "its password (PGPASSWORD and the other PG* variables apply), then rerun") from None
-    try:
-        ms = str(round(timeout_s * 1000))
-        conn.execute("SELECT set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false)",
-                     (ms, ms))
-        if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
-            from pgvector.psycopg import register_vector
-            register_vector(conn)
-    except psycopg.Error as exc:
-        conn.close()
-        raise StoreError(f"cannot use {uri}: {one_line(exc)}; check the server, then rerun") from None
-    return conn
-
-
-def fail(uri: str, what: str, exc: BaseException) -> BaseException:
-    """`exc` (raised trying to `what`) as the store raises it: StoreRejected for a value the table cannot hold,
-    StoreError for any other psycopg error; a StoreError, a bug or a KeyboardInterrupt unchanged."""
-    import psycopg
-    from psycopg import errors
-
-    if isinstance(exc, StoreError) or not isinstance(exc, (psycopg.Error, *VALUE_ERRORS)):
-        return exc
-    if isinstance(exc, (errors.QueryCanceled, errors.LockNotAvailable)):
-        return StoreError(f"store {uri} did not answer in time (trying to {what}): {one_line(exc)}; check the "
-                          "server, then rerun: the rerun resumes")
-    if isinstance(exc, (psycopg.DataError, psycopg.IntegrityError, errors.CardinalityViolation, *VALUE_ERRORS)):
-        return StoreRejected(f"the store refused to {what}: {one_line(exc)}")
-    if isinstance(exc, psycopg.OperationalError):
-        return StoreError(f"store {uri} did not answer (trying to {what}): {one_line(exc)}; check the server, then "
-                          "rerun: the rerun resumes")
-    return StoreError(f"store {uri} failed to {what}: {one_line(exc)}")
 
 
 class PostgresStore(StoreBase):

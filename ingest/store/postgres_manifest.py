@@ -27,11 +27,14 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ingest.store.base import LeaseLost, StoreError, one_line
 from ingest.store.manifest import Entry, Summary
-from ingest.store.postgres import MARK, PostgresStore, connect, fail
+from ingest.store.postgres_sql import MARK, connect, fail
+
+if TYPE_CHECKING:
+    from ingest.store.postgres import PostgresStore
 
 FILES, META = "__files", "__meta"
 LEASE_KEY = "lease"

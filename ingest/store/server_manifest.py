@@ -38,13 +38,15 @@ import hashlib
 import json
 import time
 from dataclasses import asdict, fields
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ingest.store.manifest import Entry, Summary
 from ingest.store.base import StoreError, one_line
-from ingest.store.milvus import Store
 from ingest.store.schema import SOURCE_MAX
 from ingest.store.lease import LEASE_TTL_S, Holder, LeasedManifest, LeaseRow, companion_name
+
+if TYPE_CHECKING:
+    from ingest.store.milvus import Store
 
 PROPS_ROLE = "ingest.role"          # property that marks a companion collection made by ingest
 LEASE_KEY, META_PREFIX, FILE_PREFIX = "lease", "meta:", "file:"

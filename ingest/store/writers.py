@@ -16,11 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ingest.files import Row
-from ingest.sections import context_line
 from ingest.store.base import Endpoint, StoreBase, StoreError, StoreRejected
+from ingest.store.rows import Row, search_text
+from ingest.store.schema import Columns
 from ingest.store.uri import store_at
-from ingest.store.schema import TEXT_MAX, Columns
 from ingest.workers.pool import Pools
 
 POOL = "writer"
@@ -81,7 +80,7 @@ class Batch:
                 headings.append(row.headings)
                 elements.append(row.element)
                 bboxes.append(row.bbox)
-                search.append(search_text(s.source, row))
+                search.append(search_text(row))
             chunks.extend(range(s.start, s.start + n))
             sources.extend([s.source] * n)
             formats.extend([s.fmt] * n)
@@ -90,13 +89,6 @@ class Batch:
             else self.segments[0].vectors
         return Columns(ids, vectors, texts, sources, pages, chunks, formats, hashes, titles, headings, elements,
                        bboxes, search)
-
-
-def search_text(source: str, row: Row) -> str:
-    """What BM25 indexes for a row: its context line, then its text, within the store's TEXT_MAX bytes."""
-    text = f"{context_line(source, row.title, row.headings)}\n{row.text}"
-    data = text.encode()
-    return text if len(data) <= TEXT_MAX else data[:TEXT_MAX].decode(errors="ignore")
 
 
 class Batcher:

@@ -18,7 +18,8 @@ a SIGKILL at any point leaves the old version or the new, never both and never n
 failed file are simply never published. The manifest (SQLite beside the folder, as for Milvus Lite) records
 the files after that commit; a crash in between leaves the old entry, and the rerun redoes the file (the
 merge updates the same ids). What a killed run left staged is never published by another file's commit (a
-commit reads only its files' versions, one row per id) and is dropped by the next `finish` that wrote. `flush` (not used by the run: `Capabilities.staged`) publishes every staged row.
+commit reads only its files' versions, one row per id) and is dropped by the next `finish` that wrote.
+`flush` (not used by the run: `Capabilities.staged`) publishes every staged row.
 
 NOTE (ownership): a run flocks `<folder>.lock` (one run at a time, the second refused in one line); searches
 need no lock (`Capabilities.shared_reads`): a reader sees the last committed version. Every connection reads

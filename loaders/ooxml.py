@@ -32,12 +32,16 @@ _OTHERS = {"xl/workbook.xml": "an Excel workbook (XLSX)", "visio/document.xml": 
            "META-INF/MANIFEST.MF": "a Java archive (JAR)"}
 
 
+GENERATORS = {"python-docx", "python-pptx"}     # the libraries' template defaults: they say nothing of the author
+
+
 def core_meta(props: object) -> tuple[tuple[str, str], ...]:
-    """An Office document's core properties that the document card reads (subject, author, keywords)."""
+    """An Office document's core properties that the document card reads (subject, author, keywords), less a
+    generating library's defaults."""
     out = []
     for key, attr in (("subject", "subject"), ("author", "author"), ("keywords", "keywords")):
         value = " ".join(str(getattr(props, attr, "") or "").split())[:300]
-        if value:
+        if value and value.lower() not in GENERATORS:
             out.append((key, value))
     return tuple(out)
 

@@ -75,6 +75,13 @@ def tree(pid: int) -> list:
         return []
 
 
+def _clip(text: str, head: int = 4000, tail: int = 2000) -> str:
+    """A long dump's head (its threads' headers and innermost frames) and tail (the outermost frames)."""
+    if len(text) <= head + tail:
+        return text
+    return text[:head] + f"\n[... {len(text) - head - tail} characters left out ...]\n" + text[-tail:]
+
+
 def stacks_of(pid: int, stacks_dir: Path) -> list[dict]:
     """The stack of every Python process under `pid`: py-spy where it is installed, and faulthandler's."""
     procs, found = tree(pid), []
@@ -94,10 +101,10 @@ def stacks_of(pid: int, stacks_dir: Path) -> list[dict]:
             entry["gone"] = type(e).__name__
         if spy:
             out = subprocess.run([spy, "dump", "--pid", str(p.pid)], capture_output=True, text=True, timeout=20)
-            entry["py_spy"] = (out.stdout or out.stderr)[-6000:]
+            entry["py_spy"] = _clip(out.stdout or out.stderr)
         dumped = stacks_dir / f"{p.pid}.txt"
         if dumped.exists():
-            entry["faulthandler"] = dumped.read_text()[-6000:]
+            entry["faulthandler"] = _clip(dumped.read_text())
         found.append(entry)
     return found
 

@@ -165,7 +165,7 @@ def _context_ids(tokens: _Tokens, doc: Doc, headings: tuple[str, ...], room: int
         return None
     title, path = doc.title, headings
     while True:
-        line = context_line(doc.source, title, path, doc.label)
+        line = context_line(doc.source, title, path, doc.label, doc.named)
         enc = tokens.plain.encode(line, add_special_tokens=False)
         if len(enc.ids) <= room or (not title and len(path) <= 1):
             break

@@ -74,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="dense hits in plain similarity order, not ranked towards the documents a query names")
     ev.add_argument("--no-card-rank", dest="card_rank", action="store_false",
                     help="rank towards the documents a query names by their file names only, not their cards")
+    ev.add_argument("--no-term-rank", dest="term_rank", action="store_false",
+                    help="leave out the ranking by the question's rare words in each hit's text and headings")
     ev.add_argument("--hide-names", action="store_true",
                     help="the store holds the documents under meaningless names (ingest.evaluate.hide_names): "
                          "map each question's source to its hidden name")
@@ -230,7 +232,7 @@ def _eval(args: argparse.Namespace) -> int:
         raise _UserError(f"-k must be at least 1, got {args.k}")
     result, note = evaluate(cfg["store"]["uri"], cfg["store"]["collection"], args.questions, args.mode or DEFAULT_MODE,
                             args.k, model=args.model, doc_rank=args.doc_rank, hide_names=args.hide_names,
-                            cards=args.card_rank)
+                            cards=args.card_rank, terms=args.term_rank)
     change = compare(result, args.compare) if args.compare else None
     if note:
         print(note, file=sys.stderr)

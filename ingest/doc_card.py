@@ -131,7 +131,7 @@ def file_doc(source: str, fmt: str, first: list[Page], label: bool = True) -> Do
     title = document_title(page, source)
     card = make_card([p.text for p in first], "" if title == PurePosixPath(source).name else title,
                      dict(page.meta), fmt, [t for p in first for t in p.running])
-    return Doc(source, title, card.to_json(), card.label() if label else "")
+    return Doc(source, title, card.to_json(), card.label() if label else "", label and bool(card.orgs))
 
 
 def make_card(texts: Sequence[str], title: str = "", meta: dict[str, str] | None = None, fmt: str = "",

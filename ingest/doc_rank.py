@@ -16,8 +16,10 @@ NOTE (what is matched, and why it never filters):
 - A document's match is the better of its card's (ingest/card_match.py: organisation, kind, period) and its
   name's, so a file named "scan_0012.pdf" is found by what it says, and one without a card (stored before
   cards) by its name.
-- The dense candidates (CANDIDATES, however small k) are reranked by score + WEIGHT x match. A question that
-  names nothing adds 0 everywhere and keeps the dense order; a named document is favoured, never the only
+- The dense candidates (CANDIDATES, however small k) are reranked by score + WEIGHT x match, plus (unless
+  `terms` is False) what the question's rare words in a chunk's text and headings add (ingest/term_match.py):
+  the document is named by its card or name, the page within it by its words. A question that names nothing
+  and has no terms adds 0 everywhere and keeps the dense order; a named document is favoured, never the only
   one allowed.
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any, Mapping, Sequence
 
 from ingest.card_match import card_matches
 from ingest.doc_card import Card
+from ingest.term_match import term_scores
 
 CANDIDATES = 100      # dense hits reranked (at least k)
 WEIGHT = 0.1          # a full name match is worth this much cosine similarity
@@ -65,9 +68,10 @@ def named(query: str, parts: dict[str, tuple[str, ...]]) -> set[str]:
 
 
 def rerank(query: str, hits: Sequence[dict[str, Any]], k: int,
-           cards: Mapping[str, Card] | None = None) -> list[dict[str, Any]]:
+           cards: Mapping[str, Card] | None = None, terms: bool = True) -> list[dict[str, Any]]:
     """The k best of `hits` (dense, best first) by score + WEIGHT x the better of their document's card match
-    (`cards` by source) and the named share of its name; each hit's `score` stays the dense one."""
+    (`cards` by source) and the named share of its name, + their term score unless `terms` is False; each
+    hit's `score` stays the dense one."""
     names = {h["source"]: name_parts(h["source"]) for h in hits}
     docs = len(names)
     counts: dict[str, int] = {}
@@ -82,5 +86,6 @@ def rerank(query: str, hits: Sequence[dict[str, Any]], k: int,
     if cards:
         by_card = card_matches(query, {s: cards[s] for s in names if s in cards})
         share = {s: max(v, by_card.get(s, 0.0)) for s, v in share.items()}
-    ranked = sorted(range(len(hits)), key=lambda i: -(hits[i]["score"] + WEIGHT * share[hits[i]["source"]]))
+    gain = term_scores(query, hits) if terms else [0.0] * len(hits)
+    ranked = sorted(range(len(hits)), key=lambda i: -(hits[i]["score"] + WEIGHT * share[hits[i]["source"]] + gain[i]))
     return [hits[i] for i in ranked[:k]]

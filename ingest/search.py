@@ -130,11 +130,12 @@ class Searcher:
         return mode, note
 
     def search(self, queries: Sequence[str], k: int, mode: str, doc_rank: bool = True,
-               cards: bool = True) -> list[list[dict[str, Any]]]:
+               cards: bool = True, terms: bool = True) -> list[list[dict[str, Any]]]:
         """The k best hits of each query, in `mode` (one the collection answers: see `mode`); the
         queries are embedded together, in batches. Dense hits are ranked towards the documents a query
         names (ingest/doc_rank.py) unless `doc_rank` is False: by their cards and file names, or by their
-        file names alone when `cards` is False (issue 33's ranking, for measurements)."""
+        file names alone when `cards` is False (issue 33's ranking, for measurements), and within them by the
+        query's rare words (ingest/term_match.py) unless `terms` is False."""
         if self.empty:
             return [[] for _ in queries]
         vectors = self.encoder.embed(queries) if mode != "bm25" else [None] * len(queries)
@@ -143,7 +144,7 @@ class Searcher:
         wide = max(k, CANDIDATES)
         found = [self.store.search(v.tolist(), wide, mode, q) for q, v in zip(queries, vectors)]
         known = self.cards({h["source"] for hits in found for h in hits}) if cards else {}
-        return [rerank(q, hits, k, known) for q, hits in zip(queries, found)]
+        return [rerank(q, hits, k, known, terms) for q, hits in zip(queries, found)]
 
     def cards(self, sources: set[str]) -> dict[str, Card]:
         """The cards of `sources` (ingest/doc_card.py) from the collection's manifest, read once each: an

@@ -49,14 +49,16 @@ class Section:
 @dataclass(frozen=True)
 class Doc:
     """What every chunk of a file shares: its source (relative path), its title, its card (JSON,
-    ingest/doc_card.py) and what the context line says of the card (`label`, "" when none)."""
+    ingest/doc_card.py), what the context line says of the card (`label`, "" when none) and whether the card
+    names an organisation (`named`: the context line then leaves the file name out)."""
     source: str
     title: str
     card: str = ""
     label: str = ""
+    named: bool = False
 
     def context(self, headings: tuple[str, ...]) -> str:
-        return context_line(self.source, self.title, headings, self.label)
+        return context_line(self.source, self.title, headings, self.label, self.named)
 
 
 class Outline:
@@ -202,13 +204,15 @@ def document_title(page: Page, source: str) -> str:
     return _cut(PurePosixPath(source).name, TITLE_MAX)
 
 
-def context_line(source: str, title: str, headings: tuple[str, ...] | str, card: str = "") -> str:
+def context_line(source: str, title: str, headings: tuple[str, ...] | str, card: str = "",
+                 named: bool = False) -> str:
     """What a chunk is embedded and indexed under: its file's name (separators as spaces), its card's label
     (who, what kind, when: "Acme Inc. (ACME) annual report FY2021"), the title (unless it is the file name)
-    and the heading path, joined by " > "."""
+    and the heading path, joined by " > ". When the card names an organisation (`named`), the file name is
+    left out: the document says who it is from, and a renamed copy embeds the same text."""
     path = PurePosixPath(source)
     label = " ".join(re.sub(r"[_]+", " ", str(path.with_suffix("")) if path.suffix else source).split())
-    parts = [label] + ([card] if card else []) + ([] if title in ("", path.name) else [title])
+    parts = ([] if named and card else [label]) + ([card] if card else []) + ([] if title in ("", path.name) else [title])
     if isinstance(headings, str):
         headings = tuple(h for h in headings.split(" > ") if h)
     return " > ".join(parts + list(headings))

@@ -5,7 +5,7 @@ in their text and in their heading path. It finds the page inside the named docu
 NOTE (what counts, and why it is bounded):
 - A question's terms are its words, lowercased and crudely stemmed ("dividends" -> "dividend"), less the
   function words and the words every question uses to ask (STOP: "what", "fiscal", "calculate", "round" ...)
-  and bare numbers (years and amounts: the card ranking reads those, ingest/card_match.py).
+  and words with digits (years, amounts, "FY2022": the card ranking reads periods, ingest/card_match.py).
 - A term weighs its inverse document frequency among the candidates (a word in most of them tells none apart)
   and a chunk's match is the share of the question's weight found in its text (`text_share`) and in its
   headings (`heading_share`): each between 0 and 1, so a chunk can gain at most TEXT + HEADINGS of cosine
@@ -28,15 +28,16 @@ might we our you your i me my he she they them his her company companys fy fisca
 defined using use used calculate answer question following round
 """.split())
 _WORD = re.compile(r"[^\W_]+(?:\.\d+)?")
-_SUFFIXES = ("ies", "es", "s", "ing", "ed")
+_SUFFIXES = (("ies", "y"), ("sses", "ss"), ("ss", "ss"), ("us", "us"), ("is", "is"), ("s", ""), ("ing", ""),
+             ("ed", ""))
 
 
 def stem(word: str) -> str:
     """A crude stem: a plural's or a participle's ending cut from a word of more than 3 letters left
-    ("dividends" -> "dividend", "liabilities" -> "liability", "operating" -> "operat")."""
-    for suffix in _SUFFIXES:
+    ("dividends" -> "dividend", "liabilities" -> "liability", "operating" -> "operat"; "loss" stays)."""
+    for suffix, kept in _SUFFIXES:
         if len(word) > len(suffix) + 3 and word.endswith(suffix):
-            return word[:-len(suffix)] + ("y" if suffix == "ies" else "")
+            return word[:-len(suffix)] + kept
     return word
 
 
@@ -46,9 +47,10 @@ def words(text: str) -> set[str]:
 
 
 def query_terms(query: str) -> list[str]:
-    """The terms of a question: its words' stems less STOP words, bare numbers and single letters, in order."""
+    """The terms of a question: its words' stems less STOP words, single letters and words with digits (years,
+    amounts, "FY2022", "Q3": the card ranking reads periods), in order."""
     return list(dict.fromkeys(stem(w) for w in _WORD.findall(query.lower())
-                              if w not in STOP and len(w) > 1 and not w.replace(".", "").isdigit()))
+                              if w not in STOP and len(w) > 1 and not any(c.isdigit() for c in w)))
 
 
 def term_scores(query: str, hits: Sequence[dict[str, Any]]) -> list[float]:

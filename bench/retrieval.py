@@ -12,7 +12,8 @@ for what it turns off, then runs `ingest eval DIR/questions.jsonl --json` in eac
 - card: [chunking] card_context (issue 41: the document card's label in the context line); `nocard` is the
   defaults without it;
 - modes: dense, bm25, hybrid (search only: no re-ingest); dense-plain is dense without the document-aware
-  ranking (`--no-doc-rank`, issue 33), so the two rows show what that ranking adds;
+  ranking (`--no-doc-rank`, issue 33), so the two rows show what that ranking adds; dense-noterm is dense
+  without the term ranking (`--no-term-rank`, issue 41: the question's rare words in a hit's text and headings);
 - before: with --before PYTHON (a venv whose `ingest` is the code before issue 21), that code's own
   ingest, searched (dense) by this code's `ingest eval`: an old store stays searchable.
 --hide-names ingests a copy of DIR/pdfs/ whose files have meaningless names (ingest.evaluate.hide_names) and
@@ -53,7 +54,7 @@ def main() -> int:
     ap.add_argument("--dev", type=Path, default=ROOT.parent / "shared" / "retrieval-dev")
     ap.add_argument("--work", type=Path, default=Path("/tmp/ingest-retrieval"))
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--modes", default="dense,dense-plain,bm25,hybrid")
+    ap.add_argument("--modes", default="dense,dense-noterm,dense-plain,bm25,hybrid")
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--before", help="python of a venv with the code before issue 21: adds the variant 'before'")
     ap.add_argument("--hide-names", action="store_true", help="ingest and ask with meaningless file names")
@@ -92,7 +93,8 @@ def main() -> int:
             raise SystemExit(f"ingest run ({name}) failed: {proc.stderr.strip()[-500:]}")
         totals = json.loads(report.read_text())["totals"]
         for mode in ["dense"] if name == "before" else args.modes.split(","):
-            how = ["--mode", "dense", "--no-doc-rank"] if mode == "dense-plain" else ["--mode", mode]
+            how = {"dense-plain": ["--mode", "dense", "--no-doc-rank"],
+                   "dense-noterm": ["--mode", "dense", "--no-term-rank"]}.get(mode, ["--mode", mode])
             out = subprocess.run([*ingest, "eval", str(questions), "--store", str(store), *how, *hide, "--json"],
                                  env=env, capture_output=True, text=True, cwd=args.work)
             if out.returncode:

@@ -43,7 +43,7 @@ def stem(word: str) -> str:
 
 def words(text: str) -> set[str]:
     """The stems of a text's words, lowercased."""
-    return {stem(w) for w in _WORD.findall(text.lower())}
+    return {stem(w) for w in set(_WORD.findall(text.lower()))}
 
 
 def query_terms(query: str) -> list[str]:

@@ -42,8 +42,15 @@ def stem(word: str) -> str:
 
 
 def words(text: str) -> set[str]:
-    """The stems of a text's words, lowercased."""
-    return {stem(w) for w in set(_WORD.findall(text.lower()))}
+    """A text's words, lowercased."""
+    return set(_WORD.findall(text.lower()))
+
+
+def forms(term: str) -> tuple[str, ...]:
+    """The words whose stem is `term` ("dividend" <- dividend, dividends; "liability" <- liabilities): a text
+    is matched by looking its words up, not by stemming them all."""
+    made = (term, term + "s", term + "es", term + "ing", term + "ed", term[:-1] + "ies" if term.endswith("y") else term)
+    return tuple(dict.fromkeys(f for f in made if stem(f) == term))
 
 
 def query_terms(query: str) -> list[str]:
@@ -59,12 +66,15 @@ def term_scores(query: str, hits: Sequence[dict[str, Any]]) -> list[float]:
     terms = query_terms(query)
     if not terms or not hits:
         return [0.0] * len(hits)
-    texts = [words(h.get("text", "")) for h in hits]
-    heads = [words(h.get("headings", "")) for h in hits]
+    spelt = {t: forms(t) for t in terms}
+    texts = [{t for t in terms if not words_of.isdisjoint(spelt[t])} for words_of in
+             (words(h.get("text", "")) for h in hits)]
+    heads = [{t for t in terms if not words_of.isdisjoint(spelt[t])} for words_of in
+             (words(h.get("headings", "")) for h in hits)]
     n = len(hits)
     weight = {t: math.log((n + 1) / (1 + sum(t in a or t in b for a, b in zip(texts, heads)))) for t in terms}
     total = sum(weight.values())
     if total <= 0:
         return [0.0] * n
-    return [(TEXT * sum(weight[t] for t in terms if t in a) + HEADINGS * sum(weight[t] for t in terms if t in b))
-            / total for a, b in zip(texts, heads)]
+    return [(TEXT * sum(weight[t] for t in a) + HEADINGS * sum(weight[t] for t in b)) / total
+            for a, b in zip(texts, heads)]

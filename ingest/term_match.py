@@ -7,9 +7,10 @@ NOTE (what counts, and why it is bounded):
   function words and the words every question uses to ask (STOP: "what", "fiscal", "calculate", "round" ...)
   and words with digits (years, amounts, "FY2022": the card ranking reads periods, ingest/card_match.py).
 - A term weighs its inverse document frequency among the candidates (a word in most of them tells none apart)
-  and a chunk's match is the share of the question's weight found in its text (`text_share`) and in its
-  headings (`heading_share`): each between 0 and 1, so a chunk can gain at most TEXT + HEADINGS of cosine
-  similarity. A question of function words only adds 0 everywhere and keeps the dense order.
+  and a chunk's match is the share of the question's weight found in its text and that found in its
+  headings: each between 0 and 1, so a chunk can gain at most TEXT + HEADINGS of cosine similarity. A
+  question of function words only adds 0 everywhere and keeps the dense order.
+- The stems and STOP words are English; a word of another language still counts, matched as it is spelt.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ STOP = frozenset("""
 a an the of in on at to for by with from and or as is are was were be been being has have had do does did what
 which who whom whose when where why how that this these those it its their there than then if into about over
 under between based much many any all each per vs versus also not no yes can could would should will shall may
-might we our you your i me my he she they them his her company companys fy fiscal year years quarter define
+might we our you your i me my he she they them his her company fy fiscal year years quarter define
 defined using use used calculate answer question following round
 """.split())
 _WORD = re.compile(r"[^\W_]+(?:\.\d+)?")

@@ -142,3 +142,13 @@ def pg_server() -> Iterator[PgServer]:
 def pg_uri(pg_server: PgServer) -> str:
     """postgresql://postgres:PASSWORD@127.0.0.1:PORT/ingest (the superuser; pgvector installable)."""
     return pg_server.uri()
+
+
+def restart(server: PgServer) -> None:
+    """`pg_ctl restart -m fast` of the session's server (every connection ends; same port, same data); waits
+    until it accepts connections again."""
+    base = server.socket_dir.parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    subprocess.run([str(_wheel()._commands.POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(base / "data"), "-m", "fast",
+                    "-w", "-t", "60", "-l", str(base / "log"), "restart"], check=True, capture_output=True,
+                   timeout=90, env={**env, "LC_ALL": "C"}, cwd=base, **_as_server_user())

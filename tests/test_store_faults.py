@@ -74,3 +74,97 @@ def test_stalled_then_killed_server_stops_the_run_and_the_rerun_matches_a_clean_
     assert resumed.rc == 0, resumed.stderr
     ids = sorted(r["id"] for r in server_rows(server.uri, "documents"))
     assert ids == expected                                          # no duplicates, nothing missing
+
+
+# -- issue 40: a server that restarts, drops the run's connections or stalls ------------------------------
+# Tiny files on the null backend, loaded slowly enough (INGEST_TEST_SLOW_S) that the run is still writing when
+# the second strike comes. Every case ends with the same check: the store holds exactly the rows of a clean run
+# (every file, one version, no duplicates), every file is written in the report, and a rerun finds all unchanged.
+FILES = 160
+NULL = ('[model]\nbackend = "null"\n[chunking]\nchunk_tokens = 24\noverlap_tokens = 4\n[run]\nmax_files_in_flight = 4\n'
+        '[store]\ntimeout_s = 10\nbatch_size = 16\n[loaders]\nplugins = ["fault_loaders"]\n')
+
+
+def _tiny_docs(work: Path) -> None:
+    (work / "docs").mkdir(parents=True)
+    for i in range(FILES):
+        (work / "docs" / f"f{i:04d}.slowtxt").write_text(f"{SENTENCES[i % len(SENTENCES)]} File {i}.")
+    (work / "config.toml").write_text(NULL)
+
+
+def _strike_run(work: Path, uri: str, collection: str, count, strikes, gap_s: float = 3.0) -> tuple[int, str, float]:
+    """Start `ingest run` on `collection`; once count() > 0, call each strike, `gap_s` apart, while the run still
+    writes; (exit code, stderr, seconds from the first strike to the exit)."""
+    proc = subprocess.Popen([sys.executable, "-m", "ingest.cli", "run", "docs", "--store", uri, "--collection",
+                             collection, "--report", "report.json", "--quiet"], cwd=work,
+                            env={**cli_env(), "INGEST_TEST_SLOW_S": "0.2"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not count():
+            assert proc.poll() is None and time.monotonic() < deadline, "no rows were written"
+            time.sleep(0.2)
+        struck = time.monotonic()
+        for i, strike in enumerate(strikes):
+            if i:
+                time.sleep(gap_s)
+            assert proc.poll() is None, "the run ended before the last strike"
+            strike()
+        _, err = proc.communicate(timeout=180)
+        return proc.returncode, err, time.monotonic() - struck
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _settled(work: Path, uri: str, collection: str, ids, expected: list[str]) -> None:
+    """The store holds exactly the clean run's rows; every file was written; a rerun finds every file unchanged."""
+    report = json.loads((work / "report.json").read_text())
+    assert [f["status"] for f in report["files"]].count("ingested") == FILES, report["totals"]
+    assert sorted(ids()) == expected
+    rerun = run_on(uri, collection, work, config=NULL)
+    assert rerun.rc == 0, rerun.stderr
+    assert {f["status"] for f in rerun.report["files"]} == {"unchanged"}
+    assert sorted(ids()) == expected
+
+
+def _pg(pg_server, name: str, work: Path, monkeypatch):
+    """A fresh database `name`: its URI, the reference ids of a clean run, and readers of a collection's ids."""
+    monkeypatch.setenv("INGEST_TEST_SLOW_S", "0")           # the clean run and the reruns load at full speed
+    uri = pg_server.database(name)
+    clean = work / "clean"
+    _tiny_docs(clean)
+    assert run_on(uri, "clean", clean, config=NULL).rc == 0
+    ids = lambda collection="documents": [r[0] for r in pg_server.sql(   # noqa: E731
+        f"SELECT id FROM {collection} WHERE to_regclass('{collection}') IS NOT NULL", name)] \
+        if pg_server.sql(f"SELECT to_regclass('{collection}')", name)[0][0] else []
+    return uri, sorted(ids("clean")), ids
+
+
+def _terminate(pg_server, database: str) -> int:
+    """pg_terminate_backend of every connection to `database` but this one: how many."""
+    return pg_server.sql("SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity WHERE datname = "
+                         f"'{database}' AND pid <> pg_backend_pid()", "postgres")[0][0]
+
+
+def test_postgres_restarted_twice_mid_run_the_run_reconnects_and_finishes(tmp_path: Path, pg_server, monkeypatch) -> None:
+    from pg_server import restart
+
+    uri, expected, ids = _pg(pg_server, "faults_restart", tmp_path, monkeypatch)
+    work = tmp_path / "faulty"
+    _tiny_docs(work)
+    rc, err, _ = _strike_run(work, uri, "documents", ids, [lambda: restart(pg_server)] * 2)
+    assert rc == 0, err
+    _settled(work, uri, "documents", ids, expected)
+
+
+def test_postgres_dropped_connections_the_run_reconnects_and_finishes(tmp_path: Path, pg_server, monkeypatch) -> None:
+    uri, expected, ids = _pg(pg_server, "faults_terminate", tmp_path, monkeypatch)
+    work = tmp_path / "faulty"
+    _tiny_docs(work)
+    ended = []
+    rc, err, _ = _strike_run(work, uri, "documents", ids,
+                             [lambda: ended.append(_terminate(pg_server, "faults_terminate"))] * 2)
+    assert rc == 0, err
+    assert ended[0] >= 2 and min(ended) >= 1        # the owner connection and a writer's, then who came back
+    _settled(work, uri, "documents", ids, expected)

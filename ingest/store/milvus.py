@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, Endpoint, StoreBase, StoreError,
                                StoreRejected, flock, hit, one_line)
+from ingest.store.errors import Disconnected, retry
 from ingest.store.lite_host import LiteHost, LiteServer
 from ingest.store.schema import Columns, collection_schema, upsert_request
 
@@ -116,16 +117,30 @@ class Store(StoreBase):
                 if self._lite is not None:
                     self._lite.close()
                     self._lite = None
-                raise StoreError(f"cannot open store {self.uri}: {one_line(exc)}; check that the server is "
-                                 "running and reachable, then rerun") from None
+                message = (f"cannot open store {self.uri} (server unreachable): {one_line(exc)}; check that the server is running and "
+                           "reachable, then rerun")
+                if is_local(target):
+                    raise StoreError(message) from None
+                raise Disconnected(message, "server unreachable") from None      # a restart may end
             self._pid = os.getpid()
         return self._client
 
     def call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """client.method(*args, **kwargs, timeout=timeout_s); a failure becomes StoreRejected or StoreError
         (`what` says what was being done, for the message)."""
-        client = self.client
-        return self._guard(what, lambda: getattr(client, method)(*args, timeout=self.timeout_s, **kwargs))
+        return self._retry(lambda: self._guard(what, lambda: getattr(self.client, method)(
+            *args, timeout=self.timeout_s, **kwargs)))
+
+    def _retry(self, call: Callable[[], Any]) -> Any:
+        """call() again on a new client while a server does not answer (ingest.store.errors NOTE: reconnect
+        protocol; a server's lease keeps this run's hold meanwhile: ingest.store.server_manifest NOTE)."""
+        return retry(call, self.timeout_s, self.reconnect)
+
+    def reconnect(self) -> None:
+        """A server: drop the client (gRPC's own reconnect backs off for minutes); the next call makes one."""
+        if not is_local(self.uri):
+            with self._opening:
+                self._drop_client()
 
     def _guard(self, what: str, fn: Callable[[], Any]) -> Any:
         """fn(), its failure classed as refused (the server answers a ping) or unreachable."""
@@ -137,8 +152,11 @@ class Store(StoreBase):
             host = self._host
             why = f"its Milvus Lite host process is gone ({host.describe_exit()})" if host and not host.alive() \
                 else one_line(exc)
-            raise StoreError(f"store {self.uri} did not answer (trying to {what}, timeout {self.timeout_s:g} s): "
-                             f"{why}; check the server, then rerun: the rerun resumes") from None
+            message = (f"store {self.uri} did not answer within {self.timeout_s:g} s (trying to {what}): {why}; "
+                       "check the server, then rerun: the rerun resumes")
+            if is_local(self.uri):
+                raise StoreError(message) from None
+            raise Disconnected(message, f"did not answer within {self.timeout_s:g} s") from None    # may come back
 
     def _answers(self) -> bool:
         try:
@@ -319,10 +337,11 @@ class Store(StoreBase):
             request = upsert_request(self.collection, columns)
         except (TypeError, ValueError) as exc:        # e.g. a plugin's page number beyond INT64
             raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None
-        client = self.client
-        metadata = client._generate_call_context().to_grpc_metadata()        # the database name, as pymilvus sends it
-        status = self._guard(what, lambda: client._get_connection()._stub.Upsert(
-            request, timeout=self.timeout_s, metadata=metadata)).status
+        def send() -> Any:
+            client = self.client
+            metadata = client._generate_call_context().to_grpc_metadata()    # the database name, as pymilvus sends it
+            return client._get_connection()._stub.Upsert(request, timeout=self.timeout_s, metadata=metadata)
+        status = self._retry(lambda: self._guard(what, send)).status
         if status.code or status.error_code:
             raise StoreRejected(f"the store refused to {what}: {' '.join(status.reason.split())[:300]}")
 

@@ -3,7 +3,7 @@
 rows' (StoreRejected) or the run's (StoreError), and the COMMENT key that marks ingest's tables."""
 from __future__ import annotations
 
-from ingest.store.errors import StoreError, StoreRejected, one_line
+from ingest.store.errors import Disconnected, StoreError, StoreRejected, one_line
 
 MARK = "ingest"                 # the COMMENT's key saying which of ingest's tables it is
 VALUE_ERRORS = (ValueError, TypeError, OverflowError, UnicodeError)
@@ -19,6 +19,9 @@ def connect(address: str, uri: str, timeout_s: float):
                                fallback_application_name="ingest", keepalives=1, keepalives_idle=30,
                                keepalives_interval=10, keepalives_count=3, tcp_user_timeout=round(timeout_s * 1000))
     except psycopg.Error as exc:
+        if _away(exc):             # refused, shutting down, starting up: a restart may end (NOTE: reconnect)
+            raise Disconnected(f"store {uri}: server unreachable: {one_line(exc)}; check the server, then rerun: "
+                               "the rerun resumes", "server unreachable") from None
         raise StoreError(f"cannot connect to {uri}: {one_line(exc)}; check the server, the database, the user and "
                          "its password (PGPASSWORD and the other PG* variables apply), then rerun") from None
     try:
@@ -30,6 +33,9 @@ def connect(address: str, uri: str, timeout_s: float):
             register_vector(conn)
     except psycopg.Error as exc:
         conn.close()
+        if _away(exc) or conn.broken:
+            raise Disconnected(f"store {uri}: connection ended: {one_line(exc)}; check the server, then rerun: "
+                               "the rerun resumes", "connection ended") from None
         raise StoreError(f"cannot use {uri}: {one_line(exc)}; check the server, then rerun") from None
     return conn
 
@@ -47,7 +53,18 @@ def fail(uri: str, what: str, exc: BaseException) -> BaseException:
                           "server, then rerun: the rerun resumes")
     if isinstance(exc, (psycopg.DataError, psycopg.IntegrityError, errors.CardinalityViolation, *VALUE_ERRORS)):
         return StoreRejected(f"the store refused to {what}: {one_line(exc)}")
+    if isinstance(exc, psycopg.InterfaceError) or isinstance(exc, psycopg.OperationalError) and _away(exc):
+        return Disconnected(f"store {uri}: connection ended (trying to {what}): {one_line(exc)}; check the server, "
+                            "then rerun: the rerun resumes", "connection ended")
     if isinstance(exc, psycopg.OperationalError):
         return StoreError(f"store {uri} did not answer (trying to {what}): {one_line(exc)}; check the server, then "
                           "rerun: the rerun resumes")
     return StoreError(f"store {uri} failed to {what}: {one_line(exc)}")
+
+
+def _away(exc: BaseException) -> bool:
+    """Whether a psycopg error says the server went away (the connection ended or could not be made: no
+    SQLSTATE, or class 08 connection exception, 57P admin/crash shutdown, cannot connect now), not that it
+    refused (a password, a missing database)."""
+    state = getattr(exc, "sqlstate", None) or ""
+    return not state or state.startswith(("08", "57P"))

@@ -168,3 +168,34 @@ def test_postgres_dropped_connections_the_run_reconnects_and_finishes(tmp_path: 
     assert rc == 0, err
     assert ended[0] >= 2 and min(ended) >= 1        # the owner connection and a writer's, then who came back
     _settled(work, uri, "documents", ids, expected)
+
+
+def test_milvus_server_restarted_twice_mid_run_the_run_reconnects_and_finishes(
+        tmp_path: Path, milvus_server, monkeypatch) -> None:
+    monkeypatch.setenv("INGEST_TEST_SLOW_S", "0")
+    config = NULL.replace("timeout_s = 10", "timeout_s = 30")      # a killed milvus-lite server takes ~5 s to start
+    reference = milvus_server(tmp_path / "clean-data")
+    clean, work = tmp_path / "clean", tmp_path / "faulty"
+    for folder in (clean, work):
+        _tiny_docs(folder)
+        (folder / "config.toml").write_text(config)
+    assert run_on(reference.uri, "documents", clean, config=config).rc == 0
+    expected = sorted(r["id"] for r in server_rows(reference.uri, "documents"))
+    servers = [milvus_server(tmp_path / "data")]
+
+    def restart() -> None:
+        servers[-1].process.kill()
+        servers[-1].process.wait()
+        servers.append(milvus_server(servers[-1].data_dir, servers[-1].port))
+
+    ids = lambda: [r["id"] for r in server_rows(servers[-1].uri, "documents")]      # noqa: E731
+    rc, err, _ = _strike_run(work, servers[0].uri, "documents", ids, [restart] * 2)
+    assert rc == 0, err
+    (work / "config.toml").write_text(config)
+    report = json.loads((work / "report.json").read_text())
+    assert [f["status"] for f in report["files"]].count("ingested") == FILES, report["totals"]
+    assert sorted(ids()) == expected
+    rerun = run_on(servers[-1].uri, "documents", work, config=config)
+    assert rerun.rc == 0, rerun.stderr
+    assert {f["status"] for f in rerun.report["files"]} == {"unchanged"}
+    assert sorted(ids()) == expected

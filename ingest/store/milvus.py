@@ -30,7 +30,8 @@ from ingest.store.schema import Columns, collection_schema, upsert_request
 PROPS_MODEL, PROPS_DIM, PROPS_BACKEND = "ingest.model", "ingest.dim", "ingest.backend"
 PROPS_SCHEMA, PROPS_BM25 = "ingest.schema", "ingest.bm25"    # absent: schema 1 (before titles and BM25)
 DELETE_SOURCES, DELETE_IDS = 1024, 8192    # delete_stale: sources read at a time, ids deleted at a time
-READ_LIMIT = 16384        # rows of one query (a server's largest query window)
+READ_LIMIT = 16384
+_RELEASED = re.compile(r"in state 'released'|not loaded", re.I)        # rows of one query (a server's largest query window)
 LITE = Capabilities("Milvus Lite", embedded=True, writers=1, modes=MODES, transactional=False)
 SERVER = Capabilities("Milvus", embedded=False, writers=None, modes=MODES, transactional=False)
 __all__ = ["MODES", "Endpoint", "Store", "StoreError", "StoreRejected", "is_local", "one_line"]
@@ -128,8 +129,16 @@ class Store(StoreBase):
     def call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """client.method(*args, **kwargs, timeout=timeout_s); a failure becomes StoreRejected or StoreError
         (`what` says what was being done, for the message)."""
-        return self._retry(lambda: self._guard(what, lambda: getattr(self.client, method)(
-            *args, timeout=self.timeout_s, **kwargs)))
+        def once() -> Any:
+            run = lambda: getattr(self.client, method)(*args, timeout=self.timeout_s, **kwargs)    # noqa: E731
+            try:
+                return self._guard(what, run)
+            except StoreRejected as exc:      # a restarted server has every collection released: load, once
+                if method not in ("query", "get", "search") or not _RELEASED.search(str(exc)):
+                    raise
+                self._guard("load the collection", lambda: self.client.load_collection(args[0], timeout=self.timeout_s))
+                return self._guard(what, run)
+        return self._retry(once)
 
     def _retry(self, call: Callable[[], Any]) -> Any:
         """call() again on a new client while a server does not answer (ingest.store.errors NOTE: reconnect

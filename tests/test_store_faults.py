@@ -199,3 +199,56 @@ def test_milvus_server_restarted_twice_mid_run_the_run_reconnects_and_finishes(
     assert rerun.rc == 0, rerun.stderr
     assert {f["status"] for f in rerun.report["files"]} == {"unchanged"}
     assert sorted(ids()) == expected
+
+
+def test_postgres_stalled_past_the_statement_timeout_then_back_the_run_reconnects_and_finishes(
+        tmp_path: Path, pg_server, monkeypatch) -> None:
+    from pg_server import signal_all
+
+    uri, expected, ids = _pg(pg_server, "faults_stall_back", tmp_path, monkeypatch)
+    work = tmp_path / "faulty"
+    _tiny_docs(work)
+    (work / "config.toml").write_text(NULL.replace("timeout_s = 10", "timeout_s = 6"))
+
+    def stall() -> None:       # longer than the statement timeout (6 s) and the client's bound (11 s), within retry's
+        signal_all(pg_server, signal.SIGSTOP)
+        try:
+            time.sleep(14)
+        finally:
+            signal_all(pg_server, signal.SIGCONT)
+    rc, err, _ = _strike_run(work, uri, "documents", ids, [stall])
+    assert rc == 0, err
+    _settled(work, uri, "documents", ids, expected)
+
+
+def test_postgres_stalled_for_good_stops_the_run_with_one_line_and_the_rerun_completes(
+        tmp_path: Path, pg_server, monkeypatch) -> None:
+    from pg_server import signal_all
+
+    uri, expected, ids = _pg(pg_server, "faults_stall", tmp_path, monkeypatch)
+    work = tmp_path / "faulty"
+    _tiny_docs(work)
+    (work / "config.toml").write_text(NULL.replace("timeout_s = 10", "timeout_s = 4"))
+    recorded = lambda: pg_server.sql("SELECT source FROM documents__files WHERE to_regclass('documents__files') IS "   # noqa: E731
+                                     "NOT NULL", "faults_stall") if pg_server.sql(
+        "SELECT to_regclass('documents__files')", "faults_stall")[0][0] else []
+    try:                             # struck once some files are recorded: the report must count them as written
+        rc, err, seconds = _strike_run(work, uri, "documents", recorded,
+                                       [lambda: signal_all(pg_server, signal.SIGSTOP)])
+    finally:
+        signal_all(pg_server, signal.SIGCONT)
+    assert rc == 2 and err.strip().count("\n") == 0 and "did not answer within 9 s" in err, err
+    assert pg_server.password not in err
+    assert seconds < 60
+    report = json.loads((work / "report.json").read_text())
+    assert "did not answer" in report["totals"]["stopped_by"]
+    written = {Path(f["path"]).name for f in report["files"] if f["status"] == "ingested"}
+    assert written and written == {Path(r[0]).name for r in recorded()}      # committed = written
+    assert len(written) < FILES
+    assert len(report["files"]) == FILES
+    (work / "config.toml").write_text(NULL)
+    resumed = run_on(uri, "documents", work, config=NULL)
+    assert resumed.rc == 0, resumed.stderr
+    assert sorted(ids()) == expected
+    rerun = run_on(uri, "documents", work, config=NULL)
+    assert {f["status"] for f in rerun.report["files"]} == {"unchanged"}

@@ -46,7 +46,7 @@ def one_line(exc: BaseException) -> str:
 # Disconnected, not a plain StoreError. `retry` runs such a call again after `reset` (drop the client, make a
 # new connection; a lease store also takes its lock or lease back, or raises LeaseLost if another run holds
 # the collection), with backoff (RETRY_FIRST_S doubling to RETRY_MAX_S), for at most `timeout_s` from the first
-# failure ([store] timeout_s): then the last Disconnected is raised, its message naming the cause and how long
+# failure ([store] timeout_s): then the first Disconnected is raised, its message naming the cause and how long
 # it lasted, and the run stops with that one line. Only idempotent calls are retried (upserts by deterministic
 # id, deletes by id or version, the manifest's upserts, reads), so a call that did reach the server before its
 # answer was lost does no harm run twice. A call inside a retried call is not retried again (the outer retry
@@ -68,21 +68,22 @@ _retrying = threading.local()
 
 def retry(call: Callable[[], T], timeout_s: float, reset: Callable[[], None], what: str = "") -> T:
     """call(), run again after reset() while it raises Disconnected, for at most `timeout_s` from the first
-    failure (NOTE: reconnect protocol); then the last Disconnected, saying how long the store stayed away."""
+    failure (NOTE: reconnect protocol); then the first Disconnected, saying how long the store stayed away."""
     if getattr(_retrying, "on", False):
         return call()
     _retrying.on = True
     try:
-        first, pause = None, RETRY_FIRST_S
+        first, seen, pause = None, None, RETRY_FIRST_S
         while True:
             try:
                 return call()
             except Disconnected as exc:
                 now = time.monotonic()
-                first = now if first is None else first
-                if now - first >= timeout_s:
-                    raise Disconnected(f"{exc} (still so after retrying for {now - first:.0f} s)", exc.cause) \
-                        from None
+                first, seen = (now, exc) if seen is None else (first, seen)
+                if now - first >= timeout_s:        # the cause first seen: what went wrong, not its aftermath
+                    head, sep, tail = str(seen).partition("; check")
+                    raise Disconnected(f"{head} (still away after retrying for {now - first:.0f} s){sep}{tail}",
+                                       seen.cause) from None
             time.sleep(min(pause, max(0.0, first + timeout_s - time.monotonic())))
             pause = min(2 * pause, RETRY_MAX_S)
             try:

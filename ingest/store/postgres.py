@@ -35,7 +35,7 @@ import numpy as np
 from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, StoreBase, StoreError, StoreRejected, hit,
                                one_line)
 from ingest.store.errors import retried
-from ingest.store.postgres_sql import MARK, VALUE_ERRORS, connect, fail
+from ingest.store.postgres_sql import MARK, VALUE_ERRORS, bound, connect, fail
 from ingest.store.schema import Columns
 
 CAPS = Capabilities("PostgreSQL + pgvector", embedded=False, writers=None, modes=MODES, transactional=True)
@@ -83,7 +83,7 @@ class PostgresStore(StoreBase):
                 with conn.transaction() if transaction else nullcontext(), conn.cursor() as cur:
                     yield cur
             except BaseException as exc:
-                raise fail(self.uri, what, exc) from None
+                raise fail(self.uri, what, exc, conn) from None
 
     def table(self, suffix: str = ""):
         """The quoted identifier of table `<collection><suffix>`."""
@@ -216,7 +216,7 @@ class PostgresStore(StoreBase):
 
         if not self.exists() or self.has_index():
             return
-        with self._sql("build the vector index", transaction=True) as cur:
+        with self._sql("build the vector index", transaction=True) as cur, bound(cur.connection, INDEX_TIMEOUT_S):
             if cur.execute(sql.SQL("SELECT 1 FROM {} LIMIT 1").format(self.table())).fetchone() is None:
                 return
             cur.execute("SELECT set_config('statement_timeout', %s, true), "
@@ -245,14 +245,17 @@ class PostgresStore(StoreBase):
         rows = _rows(columns, what)
         cols = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
         copy = "COPY {} ({}) FROM STDIN (FORMAT BINARY)"
+        conn = None
         try:
-            with self._lock, self.conn.transaction(), self.conn.cursor() as cur:
-                _copy(cur, sql.SQL(copy).format(self.table(), cols), rows)
+            with self._lock:
+                conn = self.conn
+                with conn.transaction(), conn.cursor() as cur:
+                    _copy(cur, sql.SQL(copy).format(self.table(), cols), rows)
             return
         except errors.UniqueViolation:
             pass                                    # some rows are there: upsert them all
         except BaseException as exc:
-            raise fail(self.uri, what, exc) from None
+            raise fail(self.uri, what, exc, conn) from None
         temp = sql.Identifier("ingest_upsert_" + hashlib.blake2b(self.collection.encode(), digest_size=6).hexdigest())
         update = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in COLUMNS[1:])
         with self._sql(what, transaction=True) as cur:

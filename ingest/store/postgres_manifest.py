@@ -191,7 +191,7 @@ class PgLease:
                 conn.execute(f"UPDATE {meta} SET value = %s WHERE key = %s", (json.dumps(self.me), LEASE_KEY))
             except BaseException as exc:
                 conn.close()
-                raise fail(self.store.uri, "take the collection back", exc) from None
+                raise fail(self.store.uri, "take the collection back", exc, conn) from None
             self.conn = conn
 
     def _ping(self) -> None:
@@ -333,7 +333,7 @@ class PgManifest:
 
 def _ended(uri: str, what: str, exc: BaseException, conn) -> BaseException:
     """`exc` as `fail` classes it, and Disconnected whenever it left the connection broken or closed."""
-    error = fail(uri, what, exc)
+    error = fail(uri, what, exc, conn)
     if (conn.broken or conn.closed) and isinstance(error, StoreError) and not isinstance(error, Disconnected):
         return Disconnected(f"{error}", "connection ended")
     return error

@@ -46,7 +46,8 @@ def _run_until(work: Path, uri: str, strike) -> tuple[int, str, float]:
 
 
 def test_stalled_then_killed_server_stops_the_run_and_the_rerun_matches_a_clean_run(
-        tmp_path: Path, milvus_server) -> None:
+        tmp_path: Path, milvus_server, monkeypatch) -> None:
+    monkeypatch.setenv("INGEST_TEST_SLOW_S", "0")           # the clean run and the rerun load at full speed
     clean, faulty = tmp_path / "clean", tmp_path / "faulty"
     _docs(clean)
     _docs(faulty)
@@ -252,3 +253,35 @@ def test_postgres_stalled_for_good_stops_the_run_with_one_line_and_the_rerun_com
     assert sorted(ids()) == expected
     rerun = run_on(uri, "documents", work, config=NULL)
     assert {f["status"] for f in rerun.report["files"]} == {"unchanged"}
+
+
+def test_postgres_another_run_takes_the_collection_while_the_connection_is_away_the_run_stops_saying_so(
+        tmp_path: Path, pg_server, monkeypatch) -> None:
+    import threading
+
+    import psycopg
+    from ingest.store.postgres_manifest import _key
+
+    uri, expected, ids = _pg(pg_server, "faults_taken", tmp_path, monkeypatch)
+    work = tmp_path / "faulty"
+    _tiny_docs(work)
+    other = psycopg.connect(pg_server.uri("faults_taken"), autocommit=True)     # "another run": waits for the lock
+    waiter = threading.Thread(target=lambda: other.execute("SELECT pg_advisory_lock(%s)", (_key(other, "documents"),)))
+
+    def take_over() -> None:
+        waiter.start()
+        time.sleep(0.5)                 # queued on the lock: it gets it the moment the run's owner connection ends
+        pg_server.sql("SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity WHERE datname = "
+                      f"'faults_taken' AND pid NOT IN (pg_backend_pid(), {other.info.backend_pid})", "postgres")
+    try:
+        rc, err, seconds = _strike_run(work, uri, "documents", ids, [take_over])
+        waiter.join(10)
+        assert rc == 2 and err.strip().count("\n") == 0 and "another run holds the collection" in err, err
+        assert seconds < 60
+        report = json.loads((work / "report.json").read_text())
+        assert "another run holds the collection" in report["totals"]["stopped_by"]
+    finally:
+        other.close()                   # the other run ends
+    resumed = run_on(uri, "documents", work, config=NULL)
+    assert resumed.rc == 0, resumed.stderr
+    assert sorted(ids()) == expected

@@ -174,6 +174,8 @@ class PgLease:
         away, LeaseLost if another run holds it or owned it meanwhile."""
         with self.lock:
             self.check()
+            if not (self.conn.closed or self.conn.broken):
+                return                            # another thread took it back already
             with suppress(Exception):
                 self.conn.close()
             conn = connect(self.store.address, self.store.uri, self.store.timeout_s)

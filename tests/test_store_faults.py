@@ -14,7 +14,7 @@ from conftest import cli_env, server_rows
 from test_incremental import SENTENCES
 from test_server_uri import run_on
 
-CONFIG = ('[chunking]\nchunk_tokens = 24\noverlap_tokens = 4\n[run]\nmax_files_in_flight = 2\n'
+CONFIG = ('[model]\nbackend = "null"\n[chunking]\nchunk_tokens = 24\noverlap_tokens = 4\n[run]\nmax_files_in_flight = 2\n'
           '[store]\ntimeout_s = 5\n[loaders]\nplugins = ["fault_loaders"]\n')
 
 

@@ -54,6 +54,8 @@ class MilvusCalls:
         """fn(), its failure classed as refused (the server answers a ping) or unreachable."""
         try:
             return fn()
+        except Disconnected:
+            raise                             # no client: the server is unreachable (Store._connect)
         except Exception as exc:
             if self._answers():
                 raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None

@@ -118,28 +118,35 @@ def _strike_run(work: Path, uri: str, collection: str, count, strikes, gap_s: fl
             proc.kill()
 
 
-def _settled(work: Path, uri: str, collection: str, ids, expected: list[str]) -> None:
+def _settled(work: Path, uri: str, collection: str, ids, expected: list[str], config: str = NULL) -> None:
     """The store holds exactly the clean run's rows; every file was written; a rerun finds every file unchanged."""
     report = json.loads((work / "report.json").read_text())
     assert [f["status"] for f in report["files"]].count("ingested") == FILES, report["totals"]
     assert sorted(ids()) == expected
-    rerun = run_on(uri, collection, work, config=NULL)
+    rerun = run_on(uri, collection, work, config=config)
     assert rerun.rc == 0, rerun.stderr
     assert {f["status"] for f in rerun.report["files"]} == {"unchanged"}
     assert sorted(ids()) == expected
 
 
-def _pg(pg_server, name: str, work: Path, monkeypatch):
-    """A fresh database `name`: its URI, the reference ids of a clean run, and readers of a collection's ids."""
+def _select(pg_server, database: str, column: str, table: str) -> list:
+    """`column` of every row of `table` ([] while the table does not exist)."""
+    if not pg_server.sql(f"SELECT to_regclass('{table}')", database)[0][0]:
+        return []
+    return [r[0] for r in pg_server.sql(f"SELECT {column} FROM {table}", database)]
+
+
+def _pg(pg_server, name: str, tmp_path: Path, monkeypatch, timeout_s: int = 10):
+    """A fresh database `name`: its URI, the ids of a clean run, a reader of the collection's ids, and the faulty
+    run's folder (its config with `timeout_s`)."""
     monkeypatch.setenv("INGEST_TEST_SLOW_S", "0")           # the clean run and the reruns load at full speed
     uri = pg_server.database(name)
-    clean = work / "clean"
+    clean, work = tmp_path / "clean", tmp_path / "faulty"
     _tiny_docs(clean)
     assert run_on(uri, "clean", clean, config=NULL).rc == 0
-    ids = lambda collection="documents": [r[0] for r in pg_server.sql(   # noqa: E731
-        f"SELECT id FROM {collection} WHERE to_regclass('{collection}') IS NOT NULL", name)] \
-        if pg_server.sql(f"SELECT to_regclass('{collection}')", name)[0][0] else []
-    return uri, sorted(ids("clean")), ids
+    _tiny_docs(work)
+    (work / "config.toml").write_text(NULL.replace("timeout_s = 10", f"timeout_s = {timeout_s}"))
+    return uri, sorted(_select(pg_server, name, "id", "clean")), lambda: _select(pg_server, name, "id", "documents"), work
 
 
 def _terminate(pg_server, database: str) -> int:
@@ -151,18 +158,14 @@ def _terminate(pg_server, database: str) -> int:
 def test_postgres_restarted_twice_mid_run_the_run_reconnects_and_finishes(tmp_path: Path, pg_server, monkeypatch) -> None:
     from pg_server import restart
 
-    uri, expected, ids = _pg(pg_server, "faults_restart", tmp_path, monkeypatch)
-    work = tmp_path / "faulty"
-    _tiny_docs(work)
+    uri, expected, ids, work = _pg(pg_server, "faults_restart", tmp_path, monkeypatch)
     rc, err, _ = _strike_run(work, uri, "documents", ids, [lambda: restart(pg_server)] * 2)
     assert rc == 0, err
     _settled(work, uri, "documents", ids, expected)
 
 
 def test_postgres_dropped_connections_the_run_reconnects_and_finishes(tmp_path: Path, pg_server, monkeypatch) -> None:
-    uri, expected, ids = _pg(pg_server, "faults_terminate", tmp_path, monkeypatch)
-    work = tmp_path / "faulty"
-    _tiny_docs(work)
+    uri, expected, ids, work = _pg(pg_server, "faults_terminate", tmp_path, monkeypatch)
     ended = []
     rc, err, _ = _strike_run(work, uri, "documents", ids,
                              [lambda: ended.append(_terminate(pg_server, "faults_terminate"))] * 2)
@@ -192,24 +195,14 @@ def test_milvus_server_restarted_twice_mid_run_the_run_reconnects_and_finishes(
     ids = lambda: [r["id"] for r in server_rows(servers[-1].uri, "documents")]      # noqa: E731
     rc, err, _ = _strike_run(work, servers[0].uri, "documents", ids, [restart] * 2)
     assert rc == 0, err
-    (work / "config.toml").write_text(config)
-    report = json.loads((work / "report.json").read_text())
-    assert [f["status"] for f in report["files"]].count("ingested") == FILES, report["totals"]
-    assert sorted(ids()) == expected
-    rerun = run_on(servers[-1].uri, "documents", work, config=config)
-    assert rerun.rc == 0, rerun.stderr
-    assert {f["status"] for f in rerun.report["files"]} == {"unchanged"}
-    assert sorted(ids()) == expected
+    _settled(work, servers[-1].uri, "documents", ids, expected, config)
 
 
 def test_postgres_stalled_past_the_statement_timeout_then_back_the_run_reconnects_and_finishes(
         tmp_path: Path, pg_server, monkeypatch) -> None:
     from pg_server import signal_all
 
-    uri, expected, ids = _pg(pg_server, "faults_stall_back", tmp_path, monkeypatch)
-    work = tmp_path / "faulty"
-    _tiny_docs(work)
-    (work / "config.toml").write_text(NULL.replace("timeout_s = 10", "timeout_s = 6"))
+    uri, expected, ids, work = _pg(pg_server, "faults_stall_back", tmp_path, monkeypatch, timeout_s=6)
 
     def stall() -> None:       # longer than the statement timeout (6 s) and the client's bound (11 s), within retry's
         signal_all(pg_server, signal.SIGSTOP)
@@ -226,13 +219,8 @@ def test_postgres_stalled_for_good_stops_the_run_with_one_line_and_the_rerun_com
         tmp_path: Path, pg_server, monkeypatch) -> None:
     from pg_server import signal_all
 
-    uri, expected, ids = _pg(pg_server, "faults_stall", tmp_path, monkeypatch)
-    work = tmp_path / "faulty"
-    _tiny_docs(work)
-    (work / "config.toml").write_text(NULL.replace("timeout_s = 10", "timeout_s = 4"))
-    recorded = lambda: pg_server.sql("SELECT source FROM documents__files WHERE to_regclass('documents__files') IS "   # noqa: E731
-                                     "NOT NULL", "faults_stall") if pg_server.sql(
-        "SELECT to_regclass('documents__files')", "faults_stall")[0][0] else []
+    uri, expected, ids, work = _pg(pg_server, "faults_stall", tmp_path, monkeypatch, timeout_s=4)
+    recorded = lambda: _select(pg_server, "faults_stall", "source", "documents__files")     # noqa: E731
     try:                             # struck once some files are recorded: the report must count them as written
         rc, err, seconds = _strike_run(work, uri, "documents", recorded,
                                        [lambda: signal_all(pg_server, signal.SIGSTOP)])
@@ -244,7 +232,7 @@ def test_postgres_stalled_for_good_stops_the_run_with_one_line_and_the_rerun_com
     report = json.loads((work / "report.json").read_text())
     assert "did not answer" in report["totals"]["stopped_by"]
     written = {Path(f["path"]).name for f in report["files"] if f["status"] == "ingested"}
-    assert written and written == {Path(r[0]).name for r in recorded()}      # committed = written
+    assert written and written == {Path(source).name for source in recorded()}      # committed = written
     assert len(written) < FILES
     assert len(report["files"]) == FILES
     (work / "config.toml").write_text(NULL)
@@ -262,9 +250,7 @@ def test_postgres_another_run_takes_the_collection_while_the_connection_is_away_
     import psycopg
     from ingest.store.postgres_manifest import _key
 
-    uri, expected, ids = _pg(pg_server, "faults_taken", tmp_path, monkeypatch)
-    work = tmp_path / "faulty"
-    _tiny_docs(work)
+    uri, expected, ids, work = _pg(pg_server, "faults_taken", tmp_path, monkeypatch)
     other = psycopg.connect(pg_server.uri("faults_taken"), autocommit=True)     # "another run": waits for the lock
     waiter = threading.Thread(target=lambda: other.execute("SELECT pg_advisory_lock(%s)", (_key(other, "documents"),)))
 

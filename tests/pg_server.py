@@ -142,3 +142,31 @@ def pg_server() -> Iterator[PgServer]:
 def pg_uri(pg_server: PgServer) -> str:
     """postgresql://postgres:PASSWORD@127.0.0.1:PORT/ingest (the superuser; pgvector installable)."""
     return pg_server.uri()
+
+
+def restart(server: PgServer) -> None:
+    """`pg_ctl restart -m fast` of the session's server (every connection ends; same port, same data); waits
+    until it accepts connections again."""
+    base = server.socket_dir.parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    subprocess.run([str(_wheel()._commands.POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(base / "data"), "-m", "fast",
+                    "-w", "-t", "60", "-l", str(base / "log"), "restart"], check=True, capture_output=True,
+                   timeout=90, env={**env, "LC_ALL": "C"}, cwd=base, **_as_server_user())
+
+
+def processes(server: PgServer) -> list[int]:
+    """The pids of the server now: its postmaster (after any restart) and every child of it."""
+    postmaster = int((server.socket_dir.parent / "data" / "postmaster.pid").read_text().split()[0])
+    children = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int(stat_file.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                children.append(int(stat_file.parent.name))
+    return [postmaster, *children]
+
+
+def signal_all(server: PgServer, signum: int) -> None:
+    """Send `signum` to every process of the server (SIGSTOP: a stalled server; SIGCONT: back)."""
+    for pid in processes(server):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)

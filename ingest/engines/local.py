@@ -96,6 +96,14 @@ class LocalRun(Run):
             self.stage.close()
         if self.writer is not None:
             self.writer.close()
+        if self._fatal is not None:           # the files recorded before the run stopped are written (issue 40)
+            while True:
+                try:
+                    event = self.events.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(event, Written):
+                    self.settle(event.file)
 
     def engine_totals(self) -> dict[str, Any]:
         w = self.writer

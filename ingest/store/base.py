@@ -121,6 +121,10 @@ class StoreBase:
     def close(self) -> None:
         """Close the client and give a lock back."""
 
+    def reconnect(self) -> None:
+        """Drop this process's client, so the next call makes a new one (a server store that went away:
+        ingest.store.errors NOTE: reconnect protocol); nothing to do for an embedded store."""
+
     # -- collection -----------------------------------------------------------------
     def exists(self) -> bool:
         raise NotImplementedError

@@ -19,17 +19,20 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, Endpoint, StoreBase, StoreError,
                                StoreRejected, flock, hit, one_line)
+from ingest.store.errors import Disconnected
 from ingest.store.lite_host import LiteHost, LiteServer
+from ingest.store.milvus_calls import MilvusCalls, is_local
 from ingest.store.schema import Columns, collection_schema, upsert_request
 
 PROPS_MODEL, PROPS_DIM, PROPS_BACKEND = "ingest.model", "ingest.dim", "ingest.backend"
 PROPS_SCHEMA, PROPS_BM25 = "ingest.schema", "ingest.bm25"    # absent: schema 1 (before titles and BM25)
 DELETE_SOURCES, DELETE_IDS = 1024, 8192    # delete_stale: sources read at a time, ids deleted at a time
-READ_LIMIT = 16384        # rows of one query (a server's largest query window)
+READ_LIMIT = 16384
+_RELEASED = re.compile(r"in state 'released'|not loaded", re.I)        # rows of one query (a server's largest query window)
 LITE = Capabilities("Milvus Lite", embedded=True, writers=1, modes=MODES, transactional=False)
 SERVER = Capabilities("Milvus", embedded=False, writers=None, modes=MODES, transactional=False)
 __all__ = ["MODES", "Endpoint", "Store", "StoreError", "StoreRejected", "is_local", "one_line"]
@@ -42,11 +45,6 @@ __all__ = ["MODES", "Endpoint", "Store", "StoreError", "StoreRejected", "is_loca
 GRPC_OPTIONS = {"grpc.keepalive_permit_without_calls": False, "grpc.keepalive_time_ms": 60_000}
 
 
-def is_local(uri: str) -> bool:
-    """A Milvus Lite path (not a server URI)."""
-    return "://" not in uri
-
-
 def quote(value: str) -> str:
     """A Milvus filter string literal (Milvus Lite has no filter_params templating). Tested safe for
     quotes, backslashes, newlines, tabs and emoji; other control characters are refused by Milvus'
@@ -54,13 +52,8 @@ def quote(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-class Store(StoreBase):
-    """NOTE (timeouts): every call on the client goes through `call` (or, for the column upsert's
-    gRPC call, the same `_guard`), with timeout=timeout_s. A call that fails is classified by a
-    short ping: if the server still answers, the call was refused (StoreRejected, charged to the
-    rows' files by the writer); if not, the store is unreachable or stalled (StoreError: the run
-    stops with one line, exit 2, and a rerun resumes from the manifest). An upsert answered with
-    a non-zero status, or with a value its field cannot hold, is refused too."""
+class Store(MilvusCalls, StoreBase):
+    """One Milvus collection (module docstring); its calls: `MilvusCalls` (NOTE: timeouts)."""
 
     SCHEMA_VERSION = 2      # recorded as ingest.schema; collections without it are schema 1
 
@@ -116,36 +109,13 @@ class Store(StoreBase):
                 if self._lite is not None:
                     self._lite.close()
                     self._lite = None
-                raise StoreError(f"cannot open store {self.uri}: {one_line(exc)}; check that the server is "
-                                 "running and reachable, then rerun") from None
+                message = (f"cannot open store {self.uri} (server unreachable): {one_line(exc)}; check that the "
+                           "server is running and reachable, then rerun")
+                if is_local(target):
+                    raise StoreError(message) from None
+                raise Disconnected(message, "server unreachable") from None      # a restart may end
             self._pid = os.getpid()
         return self._client
-
-    def call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        """client.method(*args, **kwargs, timeout=timeout_s); a failure becomes StoreRejected or StoreError
-        (`what` says what was being done, for the message)."""
-        client = self.client
-        return self._guard(what, lambda: getattr(client, method)(*args, timeout=self.timeout_s, **kwargs))
-
-    def _guard(self, what: str, fn: Callable[[], Any]) -> Any:
-        """fn(), its failure classed as refused (the server answers a ping) or unreachable."""
-        try:
-            return fn()
-        except Exception as exc:
-            if self._answers():
-                raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None
-            host = self._host
-            why = f"its Milvus Lite host process is gone ({host.describe_exit()})" if host and not host.alive() \
-                else one_line(exc)
-            raise StoreError(f"store {self.uri} did not answer (trying to {what}, timeout {self.timeout_s:g} s): "
-                             f"{why}; check the server, then rerun: the rerun resumes") from None
-
-    def _answers(self) -> bool:
-        try:
-            self.client.has_collection(self.collection, timeout=min(5.0, self.timeout_s))
-            return True
-        except Exception:
-            return False
 
     def lock(self) -> None:
         """Own a Milvus Lite store exclusively for this process (no-op for server URIs)."""
@@ -319,10 +289,11 @@ class Store(StoreBase):
             request = upsert_request(self.collection, columns)
         except (TypeError, ValueError) as exc:        # e.g. a plugin's page number beyond INT64
             raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None
-        client = self.client
-        metadata = client._generate_call_context().to_grpc_metadata()        # the database name, as pymilvus sends it
-        status = self._guard(what, lambda: client._get_connection()._stub.Upsert(
-            request, timeout=self.timeout_s, metadata=metadata)).status
+        def send() -> Any:
+            client = self.client
+            metadata = client._generate_call_context().to_grpc_metadata()    # the database name, as pymilvus sends it
+            return client._get_connection()._stub.Upsert(request, timeout=self.timeout_s, metadata=metadata)
+        status = self._retry(lambda: self._guard(what, send)).status
         if status.code or status.error_code:
             raise StoreRejected(f"the store refused to {what}: {' '.join(status.reason.split())[:300]}")
 

@@ -34,7 +34,8 @@ import numpy as np
 
 from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, StoreBase, StoreError, StoreRejected, hit,
                                one_line)
-from ingest.store.postgres_sql import MARK, VALUE_ERRORS, connect, fail
+from ingest.store.errors import retried
+from ingest.store.postgres_sql import MARK, VALUE_ERRORS, bound, connect, fail
 from ingest.store.schema import Columns
 
 CAPS = Capabilities("PostgreSQL + pgvector", embedded=False, writers=None, modes=MODES, transactional=True)
@@ -82,12 +83,16 @@ class PostgresStore(StoreBase):
                 with conn.transaction() if transaction else nullcontext(), conn.cursor() as cur:
                     yield cur
             except BaseException as exc:
-                raise fail(self.uri, what, exc) from None
+                raise fail(self.uri, what, exc, conn) from None
 
     def table(self, suffix: str = ""):
         """The quoted identifier of table `<collection><suffix>`."""
         from psycopg import sql
         return sql.Identifier(self.collection + suffix)
+
+    def reconnect(self) -> None:
+        """Drop this process's connection: the next call makes a new one (ingest.store.errors NOTE: reconnect)."""
+        self.close()
 
     def close(self) -> None:
         if self._conn is not None and self._pid == os.getpid():
@@ -114,16 +119,18 @@ class PostgresStore(StoreBase):
 
     def commit(self, manifest, keep: Mapping[str, str], entries: Sequence[Any], removed: Sequence[str]) -> None:
         """Fence, delete the stale rows, record `entries` and remove `removed` in one transaction on the
-        connection that holds the collection (`PgManifest.transaction`): all of it, or nothing."""
+        connection that holds the collection (`PgManifest.run`): all of it, or nothing; all of it again if that
+        connection ended (postgres_manifest NOTE: reconnect)."""
         from ingest.store.postgres_manifest import PgManifest
 
         if not isinstance(manifest, PgManifest):
             return super().commit(manifest, keep, entries, removed)
+        def body(cur) -> None:
+            if keep:
+                self._delete_stale(cur, keep)
+            manifest.write(cur, entries, removed)
         if keep or entries or removed:
-            with manifest.transaction("record written files") as cur:
-                if keep:
-                    self._delete_stale(cur, keep)
-                manifest.write(cur, entries, removed)
+            manifest.run("record written files", body)        # again on a new connection if it ended
 
     # -- collection -----------------------------------------------------------------
     def comment(self, suffix: str = "") -> dict[str, Any] | None:
@@ -154,6 +161,7 @@ class PostgresStore(StoreBase):
         return StoreError(f"table {self.collection!r} in {self.uri} was not made by ingest{also}; nothing was "
                           "changed; choose another --collection")
 
+    @retried
     def ensure_collection(self, model: str, dim: int, backend: str) -> None:
         """Create the table on first use; refuse another tool's table, or one of another model, dim, backend or
         shape."""
@@ -200,6 +208,7 @@ class PostgresStore(StoreBase):
                                "ON a.oid = c.relam WHERE i.indrelid = to_regclass(%s) AND a.amname = 'hnsw'",
                                (self.table().as_string(cur),)).fetchone() is not None
 
+    @retried
     def finish(self) -> None:
         """At the end of a run that wrote: build the HNSW index (cosine) if the table has rows and no index yet
         (a first load, or the rest of one a stopped run left unindexed). Searches before it are exact scans."""
@@ -207,7 +216,7 @@ class PostgresStore(StoreBase):
 
         if not self.exists() or self.has_index():
             return
-        with self._sql("build the vector index", transaction=True) as cur:
+        with self._sql("build the vector index", transaction=True) as cur, bound(cur.connection, INDEX_TIMEOUT_S):
             if cur.execute(sql.SQL("SELECT 1 FROM {} LIMIT 1").format(self.table())).fetchone() is None:
                 return
             cur.execute("SELECT set_config('statement_timeout', %s, true), "
@@ -225,6 +234,7 @@ class PostgresStore(StoreBase):
                 cur.execute(sql.SQL("DROP TABLE {}").format(self.table()))
 
     # -- rows -----------------------------------------------------------------------
+    @retried
     def upsert_columns(self, columns: Columns) -> None:
         """Binary COPY of the rows; if some of their ids are there already, through a temp table and ON CONFLICT."""
         from psycopg import errors, sql
@@ -235,14 +245,17 @@ class PostgresStore(StoreBase):
         rows = _rows(columns, what)
         cols = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
         copy = "COPY {} ({}) FROM STDIN (FORMAT BINARY)"
+        conn = None
         try:
-            with self._lock, self.conn.transaction(), self.conn.cursor() as cur:
-                _copy(cur, sql.SQL(copy).format(self.table(), cols), rows)
+            with self._lock:
+                conn = self.conn
+                with conn.transaction(), conn.cursor() as cur:
+                    _copy(cur, sql.SQL(copy).format(self.table(), cols), rows)
             return
         except errors.UniqueViolation:
             pass                                    # some rows are there: upsert them all
         except BaseException as exc:
-            raise fail(self.uri, what, exc) from None
+            raise fail(self.uri, what, exc, conn) from None
         temp = sql.Identifier("ingest_upsert_" + hashlib.blake2b(self.collection.encode(), digest_size=6).hexdigest())
         update = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in COLUMNS[1:])
         with self._sql(what, transaction=True) as cur:
@@ -252,6 +265,7 @@ class PostgresStore(StoreBase):
             cur.execute(sql.SQL("INSERT INTO {} ({}) SELECT DISTINCT ON (id) {} FROM {} ON CONFLICT (id) DO UPDATE "
                                 "SET {}").format(self.table(), cols, cols, temp, update))
 
+    @retried
     def delete_stale(self, keep: Mapping[str, str]) -> None:
         if keep:
             with self._sql(f"delete old rows of {len(keep)} files", transaction=True) as cur:
@@ -269,6 +283,7 @@ class PostgresStore(StoreBase):
     def flush(self) -> None:
         """Nothing to do: every write is committed when it returns."""
 
+    @retried
     def rows(self, fields: Sequence[str], sources: Sequence[str] | None = None) -> list[dict[str, Any]]:
         from psycopg import sql
 
@@ -284,6 +299,7 @@ class PostgresStore(StoreBase):
                 out.extend({f: v.to_list() if f == "vector" else v for f, v in zip(fields, r)} for r in cur)
         return out
 
+    @retried
     def sources_like(self, source: str, limit: int) -> list[str]:
         from psycopg import sql
 
@@ -293,6 +309,7 @@ class PostgresStore(StoreBase):
                                 "LIMIT %s").format(self.table()), (source, pattern, limit))
             return sorted(r[0] for r in cur)
 
+    @retried
     def search(self, vector: Sequence[float] | None, k: int, mode: str = "dense", query: str = "") -> list[dict[str, Any]]:
         """The k best chunks (module docstring: `bm25` here is full-text search ranked by ts_rank_cd, not BM25)."""
         vec = None if vector is None else np.asarray(vector, dtype=np.float32)

@@ -12,10 +12,20 @@ that session ends, however it ends (the run dies, its connection is lost or term
 by a clock. Every manifest write runs on the owner connection in one transaction whose first statement checks
 that this session still holds the lock (pg_locks): the lock is then held until the transaction ends, so no
 other run can own the collection while it commits, and a session that lost its connection commits nothing.
-`PostgresStore.commit` deletes the stale rows in that same transaction. A lost owner connection is LeaseLost
-and never reconnected (another run may have owned and changed the collection meanwhile); a heartbeat
-(HEARTBEAT_S) notices it between commits, so `Lease.check` stops the run. As with Milvus, the writer
-processes' upserts are not fenced: a run that lost the collection may still add rows, never their entries.
+`PostgresStore.commit` deletes the stale rows in that same transaction.
+
+NOTE (reconnect): an owner connection that ends (a server restart, `pg_terminate_backend`, a network cut) lets
+the lock go. The next use of it (a commit, a manifest read, the heartbeat every HEARTBEAT_S) gets Disconnected
+and, under `retry` (ingest.store.errors NOTE: reconnect protocol, bounded by [store] timeout_s), takes the
+collection back on a new connection (`PgLease.reconnect`): the lock again, and only if the `lease` row still
+names this run (host, pid, since). Every run that takes the collection writes its own row and its release
+deletes it, so a row still ours proves no other run owned the collection meanwhile; then the row gets the new
+backend pid and the transaction that failed runs again (a commit is idempotent: the same deletes, the same
+upserts; one that was committed before its answer was lost changes nothing the second time). Another session
+holding the lock, or a row not ours, is LeaseLost: "another run holds the collection", and the run stops with
+nothing more deleted or recorded. A server still away after the bound stops the run with that cause. As with
+Milvus, the writer processes' upserts are not fenced: a run that lost the collection may still add rows, never
+their entries.
 A session lock needs a session: behind PgBouncer, connect in session pooling mode (not transaction pooling).
 """
 from __future__ import annotations
@@ -26,16 +36,18 @@ import os
 import socket
 import threading
 import time
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar
 
 from ingest.store.base import LeaseLost, StoreError, one_line
+from ingest.store.errors import Disconnected, retry
 from ingest.store.manifest import Entry, Summary
 from ingest.store.postgres_sql import MARK, connect, fail
 
 if TYPE_CHECKING:
     from ingest.store.postgres import PostgresStore
 
+T = TypeVar("T")
 FILES, META = "__files", "__meta"
 LEASE_KEY = "lease"
 HEARTBEAT_S = 10.0
@@ -102,9 +114,9 @@ def own(store: PostgresStore) -> tuple[PgManifest, PgLease]:
             raise StoreError(f"collection {store.collection!r} on {store.uri} is in use by {who}; wait for it to "
                              "finish (a run that died lets go at once)")
         _ensure_tables(store, conn)
-        lease = PgLease(store, conn, key)
-        manifest = PgManifest(store, lease)
         me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(), "backend": conn.info.backend_pid}
+        lease = PgLease(store, conn, key, me)
+        manifest = PgManifest(store, lease)
         with manifest.transaction("record this run as the holder") as cur:
             manifest._set(cur, LEASE_KEY, json.dumps(me))
         threading.Thread(target=lease.heartbeat, name="ingest-lease", daemon=True).start()
@@ -135,10 +147,10 @@ def _ensure_tables(store: PostgresStore, conn) -> None:
 
 
 class PgLease:
-    """This run's hold on the collection: the advisory lock of its owner connection (NOTE)."""
+    """This run's hold on the collection: the advisory lock of its owner connection (NOTE: ownership, reconnect)."""
 
-    def __init__(self, store: PostgresStore, conn, key: int):
-        self.store, self.conn, self.key = store, conn, key
+    def __init__(self, store: PostgresStore, conn, key: int, me: dict[str, Any]):
+        self.store, self.conn, self.key, self.me = store, conn, key, me
         self.lock = threading.RLock()            # one user of the owner connection at a time
         self.lost: str | None = None
         self._stop = threading.Event()
@@ -150,26 +162,61 @@ class PgLease:
     def confirm(self, cur) -> None:
         """Raise LeaseLost unless this session holds the lock now (run in the caller's transaction)."""
         if _held_by(cur.connection, self.key) != self.conn.info.backend_pid:
-            self.lose("another session holds it now")
+            self.lose("another run holds the collection now")
 
-    def lose(self, why: str) -> None:
+    def lose(self, why: str, then: str = "run one ingest at a time per collection, then rerun") -> None:
         self.lost = (f"collection {self.store.collection!r} on {self.store.uri} is no longer held by this run ({why}); "
-                     "nothing more was deleted or recorded; run one ingest at a time per collection, then rerun")
+                     f"nothing more was deleted or recorded; {then}")
         raise LeaseLost(self.lost)
 
+    def reconnect(self) -> None:
+        """Take the collection back on a new owner connection (NOTE: reconnect): Disconnected while the server is
+        away, LeaseLost if another run holds it or owned it meanwhile."""
+        with self.lock:
+            self.check()
+            if not (self.conn.closed or self.conn.broken):
+                return                            # another thread took it back already
+            with suppress(Exception):
+                self.conn.close()
+            conn = connect(self.store.address, self.store.uri, self.store.timeout_s)
+            try:
+                if not conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0]:
+                    backend = _held_by(conn, self.key)
+                    self.lose("another run holds the collection: " + (
+                        _describe(conn, self.store, backend) if backend is not None else "another session"))
+                meta = self.store.table(META).as_string(conn)
+                row = conn.execute(f"SELECT value FROM {meta} WHERE key = %s", (LEASE_KEY,)).fetchone()
+                mine = json.loads(row[0]) if row else {}
+                if any(mine.get(k) != self.me[k] for k in ("host", "pid", "since")):
+                    self.lose("another run owned the collection while this run's connection was away")
+                self.me = {**self.me, "backend": conn.info.backend_pid}
+                conn.execute(f"UPDATE {meta} SET value = %s WHERE key = %s", (json.dumps(self.me), LEASE_KEY))
+            except BaseException as exc:
+                conn.close()
+                raise fail(self.store.uri, "take the collection back", exc, conn) from None
+            self.conn = conn
+
+    def _ping(self) -> None:
+        try:
+            self.conn.execute("SELECT 1")
+        except Exception as exc:
+            raise _ended(self.store.uri, "check the hold on the collection", exc, self.conn) from None
+
     def heartbeat(self) -> None:
-        """Every HEARTBEAT_S: is the owner connection still there? If not, the lease is lost."""
+        """Every HEARTBEAT_S: is the owner connection still there? If not, take the collection back (NOTE:
+        reconnect); the lease is lost if that fails."""
         while not self._stop.wait(HEARTBEAT_S) and not self.lost:
             with self.lock:
                 if self._stop.is_set():
                     return
                 try:
-                    self.conn.execute("SELECT 1")
+                    retry(self._ping, self.store.timeout_s, self.reconnect)
+                except LeaseLost:
+                    pass
                 except Exception as exc:
-                    try:
-                        self.lose(f"its connection to the server ended: {one_line(exc)}")
-                    except LeaseLost:
-                        pass
+                    cause = exc.cause if isinstance(exc, Disconnected) else "its connection to the server failed"
+                    with suppress(LeaseLost):
+                        self.lose(f"{cause}: {one_line(exc)}", "check the server, then rerun: the rerun resumes")
 
     def release(self) -> None:
         """Let the collection go: delete the lease row, unlock, close the owner connection."""
@@ -197,6 +244,20 @@ class PgManifest:
     def close(self) -> None:
         """Nothing to close: the owner connection is the lease's."""
 
+    def run(self, what: str, body: Callable[[Any], T]) -> T:
+        """body(cursor) in one fenced transaction of the owner connection, run again on a new one if the old one
+        ended (NOTE: reconnect)."""
+        def once() -> T:
+            with self.transaction(what) as cur:
+                return body(cur)
+        return retry(once, self.store.timeout_s, self.lease.reconnect)
+
+    def _reading(self, what: str, body: Callable[[Any], T]) -> T:
+        def once() -> T:
+            with self._read(what) as cur:
+                return body(cur)
+        return retry(once, self.store.timeout_s, self.lease.reconnect)
+
     @contextmanager
     def transaction(self, what: str) -> Iterator[Any]:
         """A cursor of the owner connection in one transaction that begins with the fence (NOTE)."""
@@ -221,50 +282,42 @@ class PgManifest:
                 raise self._failure(what, exc) from None
 
     def _failure(self, what: str, exc: BaseException) -> BaseException:
-        if isinstance(exc, LeaseLost):
-            return exc
-        if self.lease.conn.broken or self.lease.conn.closed:
-            try:
-                self.lease.lose(f"its connection to the server ended: {one_line(exc)}")
-            except LeaseLost as lost:
-                return lost
-        return fail(self.store.uri, what, exc)
+        return exc if isinstance(exc, LeaseLost) else _ended(self.store.uri, what, exc, self.lease.conn)
 
     def fence(self) -> None:
-        with self.transaction("check the hold on the collection"):
-            pass
+        self.run("check the hold on the collection", lambda cur: None)
 
     def get_meta(self, key: str) -> str | None:
-        with self._read("read the manifest") as cur:
-            row = cur.execute(f"SELECT value FROM {self.meta} WHERE key = %s", (key,)).fetchone()
+        row = self._reading("read the manifest", lambda cur: cur.execute(
+            f"SELECT value FROM {self.meta} WHERE key = %s", (key,)).fetchone())
         return row[0] if row else None
 
     def set_meta(self, key: str, value: str) -> None:
-        with self.transaction("record a setting") as cur:
-            self._set(cur, key, value)
+        self.run("record a setting", lambda cur: self._set(cur, key, value))
 
     def _set(self, cur, key: str, value: str) -> None:
         cur.execute(f"INSERT INTO {self.meta} (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE "
                     "SET value = EXCLUDED.value", (key, value))
 
     def all(self) -> dict[str, Entry]:
-        with self._read("read the manifest") as cur:
-            rows = cur.execute(f"SELECT {', '.join(_FIELDS)} FROM {self.files}").fetchall()
+        rows = self._reading("read the manifest", lambda cur: cur.execute(
+            f"SELECT {', '.join(_FIELDS)} FROM {self.files}").fetchall())
         return {r[0]: Entry(*r) for r in rows}
 
     def record(self, entries: Iterable[Entry]) -> None:
-        with self.transaction("record written files") as cur:
-            self.write(cur, list(entries), ())
+        entries = list(entries)
+        self.run("record written files", lambda cur: self.write(cur, entries, ()))
 
     def remove(self, sources: Iterable[str]) -> None:
-        with self.transaction("remove manifest entries") as cur:
-            self.write(cur, (), list(sources))
+        sources = list(sources)
+        self.run("remove manifest entries", lambda cur: self.write(cur, (), sources))
 
     def clear(self) -> None:
         """Delete every entry and meta value; the lease stays."""
-        with self.transaction("clear the manifest") as cur:
+        def body(cur) -> None:
             cur.execute(f"DELETE FROM {self.files}")
             cur.execute(f"DELETE FROM {self.meta} WHERE key <> %s", (LEASE_KEY,))
+        self.run("clear the manifest", body)
 
     def write(self, cur, entries: Iterable[Entry], removed: Iterable[str]) -> None:
         """Upsert `entries` and delete the entries of `removed` in the caller's transaction (one statement each)."""
@@ -278,3 +331,11 @@ class PgManifest:
                         (time.time(), *map(list, columns)))
         if removed := list(removed):
             cur.execute(f"DELETE FROM {self.files} WHERE source = ANY(%s::text[])", (removed,))
+
+
+def _ended(uri: str, what: str, exc: BaseException, conn) -> BaseException:
+    """`exc` as `fail` classes it, and Disconnected whenever it left the connection broken or closed."""
+    error = fail(uri, what, exc, conn)
+    if (conn.broken or conn.closed) and isinstance(error, StoreError) and not isinstance(error, Disconnected):
+        return Disconnected(f"{error}", "connection ended")
+    return error

@@ -33,10 +33,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from feed import _cpu_name  # noqa: E402
 from scale import ingest, make_tiny, work_and_codes  # noqa: E402
-from stores import COLLECTION, milvus_lite, postgresql, qdrant_local  # noqa: E402
+from stores import COLLECTION, lancedb, milvus_lite, postgresql, qdrant_local  # noqa: E402
 
 TARGET = 2.0             # the changed rerun costs at most twice the first ingest
-STORES = {"milvus-lite": milvus_lite, "postgresql": postgresql, "qdrant-local": qdrant_local}
+STORES = {"milvus-lite": milvus_lite, "postgresql": postgresql, "qdrant-local": qdrant_local, "lancedb": lancedb}
 FIELDS = ["source", "search_text", "element", "vector"]
 
 

@@ -16,7 +16,8 @@ conditional upserts, parametrized RRF). A Qdrant server was not tested here (loc
 
 Local mode keeps everything in this process: no writer processes (`hosted` False), and every call on its
 one client serialized by a lock (the local client is not thread safe; the run calls from its committer and
-writer threads). Its manifest is SQLite beside the folder, and `lock()` flocks `<folder>.lock`. A server
+writer threads). Its manifest is SQLite beside the folder, and `lock()` flocks `<folder>.lock`. It finds a
+source's points in an index of its own and writes each call in one SQLite commit (`ingest.store.qdrant_local`). A server
 keeps the manifest and the run's lease in `<collection>__files` (`ingest.store.qdrant_manifest`).
 """
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, StoreBa
 from ingest.store.lite_folder import other_files
 from ingest.store.manifest import Summary, manifest_path, read_summary
 from ingest.store import qdrant_manifest as server
+from ingest.store.qdrant_local import SourceIndex, one_commit, read_index
 from ingest.store.schema import Columns
 from ingest.store.sparse import document_vector, query_vector
 from ingest.store.uri import kind, local_path
@@ -100,6 +102,7 @@ class QdrantStore(StoreBase):
         self._pid: int | None = None
         self._lock_file = None
         self._mutex: Any = threading.RLock() if self.local else nullcontext()
+        self._sources: SourceIndex | None = None      # local mode: the points of each source (qdrant_local)
 
     @property
     def caps(self) -> Capabilities:
@@ -187,7 +190,7 @@ class QdrantStore(StoreBase):
                     self._client.close()
                 except Exception:
                     pass
-            self._client = None
+            self._client, self._sources = None, None
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
@@ -282,6 +285,7 @@ class QdrantStore(StoreBase):
         if self.recorded() is None:
             raise StoreError(f"collection {self.collection!r} in {self.uri} was not made by ingest; it was not "
                              "dropped: choose another --collection")
+        self._sources = None
         self.call("drop the collection", "delete_collection", self.collection)
 
     # -- rows -----------------------------------------------------------------------
@@ -309,12 +313,44 @@ class QdrantStore(StoreBase):
         except (TypeError, ValueError, IndexError) as exc:
             raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None
         batch = m.Batch(ids=ids, vectors={DENSE: vectors.tolist(), SPARSE: sparse}, payloads=payloads)
-        self.call(what, "upsert", self.collection, points=batch, wait=True)
+        self._write(what, "upsert", points=batch)
+        if self._sources is not None:
+            self._sources.add(list(zip(ids, c.sources, c.file_hashes)))
+
+    def _write(self, what: str, method: str, **kwargs: Any) -> None:
+        """One write of the collection, applied when it returns; in local mode in one SQLite commit, and a failure
+        forgets the source index (`ingest.store.qdrant_local` NOTE: one commit)."""
+        if not self.local:
+            self.call(what, method, self.collection, wait=True, **kwargs)
+            return
+        with self._mutex:
+            try:
+                with one_commit(self.client, self.collection):
+                    self.call(what, method, self.collection, wait=True, **kwargs)
+            except Exception as exc:
+                self._sources = None
+                raise exc if isinstance(exc, StoreError) else self._classify(what, exc) from None
+
+    def _index(self) -> SourceIndex:
+        """Local mode: the points of each source, read by one scan on first use, then kept by this store's writes."""
+        with self._mutex:
+            if self._sources is None:
+                self._sources = read_index(self, self.collection)
+            return self._sources
 
     def delete_stale(self, keep: Mapping[str, str]) -> None:
-        """Remove every row of each source of `keep` but those of the version it maps to ("": all), DELETE_SOURCES
-        sources in one filtered delete: source in the batch, and any of its sources' other versions."""
+        """Remove every row of each source of `keep` but those of the version it maps to ("": all): in local mode
+        by their ids (the source index), in one call and one SQLite commit; on a server DELETE_SOURCES sources in
+        one filtered delete: source in the batch, and any of its sources' other versions."""
         from qdrant_client import models as m
+
+        if self.local:
+            with self._mutex:
+                index = self._index()
+                if ids := index.stale(keep):
+                    self._write("delete old rows", "delete", points_selector=ids)
+                index.forget(keep)
+            return
 
         def version(source: str, file_hash: str) -> m.Filter:
             other = [m.FieldCondition(key="file_hash", match=m.MatchValue(value=file_hash))] if file_hash else None
@@ -329,7 +365,7 @@ class QdrantStore(StoreBase):
                       wait=True)
 
     def flush(self) -> None:
-        """Nothing to do: every write waits until it is applied (wait=True), and local mode commits each point."""
+        """Nothing to do: every write waits until it is applied (wait=True), and local mode commits each call."""
 
     def rows(self, fields: Sequence[str], sources: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """`fields` of every row, or of the rows of `sources` ("id": our hex id; "vector": the dense vector)."""
@@ -338,6 +374,13 @@ class QdrantStore(StoreBase):
         payload = [f for f in fields if f in FIELDS]
         todo = [None] if sources is None else sorted(set(sources))
         out: list[dict[str, Any]] = []
+        if self.local and sources is not None:          # by id: a filter would be evaluated over every point
+            ids = self._index().ids(todo)
+            for i in range(0, len(ids), SCROLL):
+                points = self.call("read rows", "retrieve", self.collection, ids=ids[i:i + SCROLL],
+                                   with_payload=payload or False, with_vectors="vector" in fields and [DENSE])
+                out += [self._row(p, fields) for p in points]
+            return out
         for i in range(0, len(todo), ROWS_SOURCES):
             where = None if sources is None else m.Filter(must=[m.FieldCondition(
                 key="source", match=m.MatchAny(any=todo[i:i + ROWS_SOURCES]))])
@@ -346,12 +389,15 @@ class QdrantStore(StoreBase):
                 points, offset = self.call("read rows", "scroll", self.collection, limit=SCROLL, offset=offset,
                                            scroll_filter=where, with_payload=payload or False,
                                            with_vectors="vector" in fields and [DENSE])
-                for p in points:
-                    row = {"id": uuid.UUID(str(p.id)).hex, "vector": (p.vector or {}).get(DENSE), **(p.payload or {})}
-                    out.append({f: row.get(f) for f in fields})
+                out += [self._row(p, fields) for p in points]
                 if offset is None:
                     break
         return out
+
+    @staticmethod
+    def _row(point: Any, fields: Sequence[str]) -> dict[str, Any]:
+        row = {"id": uuid.UUID(str(point.id)).hex, "vector": (point.vector or {}).get(DENSE), **(point.payload or {})}
+        return {f: row.get(f) for f in fields}
 
     def search(self, vector: Sequence[float] | None, k: int, mode: str = "dense", query: str = "") -> list[dict[str, Any]]:
         """The k best chunks: by cosine (dense), by BM25 on `query`'s terms (bm25: none, no hits), or a dense and a

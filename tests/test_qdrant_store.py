@@ -119,6 +119,17 @@ def test_stale_versions_found_again_after_a_reopen_and_deleted_in_one_commit(sto
         ("d/7.txt", "v2"), ("d/1.txt", "v3")}
 
 
+def test_a_write_sqlite_refuses_raises_and_the_store_reopens_from_sqlite(store):
+    store.upsert_columns(columns("a.txt", "v1", ["one", "two", "three"]))
+    store.delete_stale({"b.txt": ""})                          # the source index read
+    store.client._client.collections["documents"].storage.storage.execute("PRAGMA query_only = ON")
+    with pytest.raises(StoreError, match="failed to delete old rows"):
+        store.delete_stale({"a.txt": ""})
+    assert len(store.rows(["id"], sources=["a.txt"])) == 3     # the folder opened anew: what SQLite holds
+    store.delete_stale({"a.txt": ""})
+    assert store.rows(["id"]) == []
+
+
 HOLD = """
 import sys
 from ingest.store.qdrant import QdrantStore

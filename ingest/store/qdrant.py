@@ -184,13 +184,7 @@ class QdrantStore(StoreBase):
 
     def close(self) -> None:
         """Close the client (this process's only), then give the flock back."""
-        with self._mutex:
-            if self._client is not None and self._pid == os.getpid():
-                try:
-                    self._client.close()
-                except Exception:
-                    pass
-            self._client, self._sources = None, None
+        self._forget()
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
@@ -328,8 +322,18 @@ class QdrantStore(StoreBase):
                 with one_commit(self.client, self.collection):
                     self.call(what, method, self.collection, wait=True, **kwargs)
             except Exception as exc:
-                self._sources = None
+                self._forget()                  # memory may hold what SQLite does not: reopen from SQLite
                 raise exc if isinstance(exc, StoreError) else self._classify(what, exc) from None
+
+    def _forget(self) -> None:
+        """Close the client (this process's only) and drop the source index: the next call opens them anew."""
+        with self._mutex:
+            if self._client is not None and self._pid == os.getpid():
+                try:
+                    self._client.close()
+                except Exception:
+                    pass
+            self._client, self._sources = None, None
 
     def _index(self) -> SourceIndex:
         """Local mode: the points of each source, read by one scan on first use, then kept by this store's writes."""

@@ -8,15 +8,17 @@ first ingest. Here:
 - `SourceIndex` knows the point ids of every (source, file_hash) of the collection: read once by one scan, then
   kept by this process's own upserts and deletes. Local mode is one process per folder (`QdrantStore.lock`'s
   flock, and the client's own lock), and every call on the client holds the store's mutex, so no other writer
-  can change the points behind it. A write that fails forgets the index (the next use scans again).
+  can change the points behind it. A write that fails forgets the index and the client (the next use reopens
+  the folder from SQLite and scans again).
 - `one_commit` makes the SQLite writes of one call a single transaction, committed when the call returns.
 
 NOTE (one commit): the client writes a point to SQLite before it applies it in memory, each write in
 `with connection:` (a commit). Within `one_commit` the client sees a stand-in connection whose `with` does not
 commit, so its writes pile up in one transaction, committed once at the end (durable when the call returns, as
 before). If a write or that commit fails, the transaction is rolled back: memory may then hold writes that
-SQLite does not, the call raises, and the store's StoreError stops the run; nothing was recorded in the
-manifest for them, and a rerun reopens the folder from SQLite and does the work again. Without the client's
+SQLite does not, so the store closes its client (`QdrantStore._write`) and the next call reopens the folder
+from SQLite, which holds the state before the call; the call raises (StoreError: the run stops; nothing was
+recorded in the manifest for those rows, and a rerun does the work again). Without the client's
 internals this needs (a collection's `storage.storage`), calls commit point by point as before.
 """
 from __future__ import annotations

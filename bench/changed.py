@@ -75,7 +75,7 @@ def reads(store: str, n: int, batch: int, work: Path, one_by_one_max: int) -> No
         rng = np.random.default_rng(0)
         sources = [f"docs/d{i // 100:04d}/f{i:06d}.txt" for i in range(n)]
         for i in range(0, n, 512):
-            segs = tuple(Segment(src, "txt", "v1", 0, (Row(None, f"text of {src}", "", "", "text", ""),),
+            segs = tuple(Segment(src, "txt", "v1", 0, (Row(None, f"text of {src}", "", "", "text", "", ""),),
                                  rng.standard_normal((1, 384)).astype(np.float32)) for src in sources[i:i + 512])
             assert isinstance(upsert(s, Batch(segs)), Ack)
         s.flush()

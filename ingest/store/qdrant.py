@@ -37,10 +37,9 @@ import numpy as np
 
 from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, StoreBase, StoreError, StoreRejected, flock,
                                hit, one_line)
-from ingest.store.lite_folder import other_files
 from ingest.store.manifest import Summary, manifest_path, read_summary
 from ingest.store import qdrant_manifest as server
-from ingest.store.qdrant_local import SourceIndex, one_commit, read_index
+from ingest.store.qdrant_local import LOCAL_MARK, LocalMode, SourceIndex, foreign_folder
 from ingest.store.schema import Columns
 from ingest.store.sparse import document_vector, query_vector
 from ingest.store.uri import kind, local_path
@@ -52,7 +51,6 @@ FIELDS = (*HIT_FIELDS, "file_hash", "search_text")     # the payload: the Milvus
 DELETE_SOURCES = 256      # delete_stale: sources of one filtered delete
 SCROLL = 1000             # points of one scroll page
 FACET_LIMIT = 100_000     # distinct sources read by sources_like
-LOCAL_MARK = "meta.json"  # every Qdrant local folder has it (written on first open)
 LOCAL = Capabilities("Qdrant (local mode)", embedded=True, writers=1, modes=MODES, transactional=False, hosted=False)
 SERVER = Capabilities("Qdrant", embedded=False, writers=None, modes=MODES, transactional=False)
 
@@ -76,19 +74,7 @@ def server_options(address: str, timeout_s: float) -> dict[str, Any]:
             "timeout": max(1, math.ceil(timeout_s)), "check_compatibility": False}
 
 
-def foreign_folder(path: Path, uri: str) -> str | None:
-    """The one-line refusal of a folder that holds other files and is no Qdrant local store; None if fine."""
-    if not other_files(path, lambda p: (p / LOCAL_MARK).is_file()):
-        return None
-    return (f"store {uri} is a folder of other files, not a Qdrant local store, and ingest would write its files "
-            f"among them; pass a folder that does not exist yet, such as qdrant://{path}.qdrant")
-
-
-# the client's "Local mode is not recommended ... 20,000 points": the run says it once (collection._size_warnings)
-warnings.filterwarnings("ignore", message="Local mode is not recommended", category=UserWarning)
-
-
-class QdrantStore(StoreBase):
+class QdrantStore(LocalMode, StoreBase):
     """NOTE (errors): every call goes through `call`. A server's answer of 401/403 is a StoreError (the API
     key); any other 4xx refuses the rows or the request (StoreRejected). Another failure is classed by a
     short ping, as Milvus' are: if the server still answers, the call was refused (StoreRejected), else the
@@ -311,37 +297,6 @@ class QdrantStore(StoreBase):
         if self._sources is not None:
             self._sources.add(list(zip(ids, c.sources, c.file_hashes)))
 
-    def _write(self, what: str, method: str, **kwargs: Any) -> None:
-        """One write of the collection, applied when it returns; in local mode in one SQLite commit, and a failure
-        forgets the source index (`ingest.store.qdrant_local` NOTE: one commit)."""
-        if not self.local:
-            self.call(what, method, self.collection, wait=True, **kwargs)
-            return
-        with self._mutex:
-            try:
-                with one_commit(self.client, self.collection):
-                    self.call(what, method, self.collection, wait=True, **kwargs)
-            except Exception as exc:
-                self._forget()                  # memory may hold what SQLite does not: reopen from SQLite
-                raise exc if isinstance(exc, StoreError) else self._classify(what, exc) from None
-
-    def _forget(self) -> None:
-        """Close the client (this process's only) and drop the source index: the next call opens them anew."""
-        with self._mutex:
-            if self._client is not None and self._pid == os.getpid():
-                try:
-                    self._client.close()
-                except Exception:
-                    pass
-            self._client, self._sources = None, None
-
-    def _index(self) -> SourceIndex:
-        """Local mode: the points of each source, read by one scan on first use, then kept by this store's writes."""
-        with self._mutex:
-            if self._sources is None:
-                self._sources = read_index(self, self.collection)
-            return self._sources
-
     def delete_stale(self, keep: Mapping[str, str]) -> None:
         """Remove every row of each source of `keep` but those of the version it maps to ("": all): in local mode
         by their ids (the source index), in one call and one SQLite commit; on a server DELETE_SOURCES sources in
@@ -349,12 +304,7 @@ class QdrantStore(StoreBase):
         from qdrant_client import models as m
 
         if self.local:
-            with self._mutex:
-                index = self._index()
-                if ids := index.stale(keep):
-                    self._write("delete old rows", "delete", points_selector=ids)
-                index.forget(keep)
-            return
+            return self._delete_by_index(keep)
 
         def version(source: str, file_hash: str) -> m.Filter:
             other = [m.FieldCondition(key="file_hash", match=m.MatchValue(value=file_hash))] if file_hash else None
@@ -379,12 +329,8 @@ class QdrantStore(StoreBase):
         todo = [None] if sources is None else sorted(set(sources))
         out: list[dict[str, Any]] = []
         if self.local and sources is not None:          # by id: a filter would be evaluated over every point
-            ids = self._index().ids(todo)
-            for i in range(0, len(ids), SCROLL):
-                points = self.call("read rows", "retrieve", self.collection, ids=ids[i:i + SCROLL],
-                                   with_payload=payload or False, with_vectors="vector" in fields and [DENSE])
-                out += [self._row(p, fields) for p in points]
-            return out
+            points = self._retrieve(todo, payload or False, "vector" in fields and [DENSE])
+            return [self._row(p, fields) for p in points]
         for i in range(0, len(todo), ROWS_SOURCES):
             where = None if sources is None else m.Filter(must=[m.FieldCondition(
                 key="source", match=m.MatchAny(any=todo[i:i + ROWS_SOURCES]))])

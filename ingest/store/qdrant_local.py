@@ -1,4 +1,5 @@
-"""Qdrant's local mode, linear for changed files: which points each source holds, and one SQLite commit a call.
+"""Qdrant's local mode (qdrant:///dir): its folder's check, and linear changed-file reruns: which points each
+source holds, and one SQLite commit a call.
 
 The local client evaluates a filter in Python over every point, and stores each point it writes or deletes in
 SQLite in a transaction of its own (~15 ms a point on a disk that syncs). A filtered delete of a commit's stale
@@ -23,9 +24,30 @@ internals this needs (a collection's `storage.storage`), calls commit point by p
 """
 from __future__ import annotations
 
+import os
 import sqlite3
+import warnings
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
+
+from ingest.store.errors import StoreError
+from ingest.store.lite_folder import other_files
+
+LOCAL_MARK = "meta.json"  # every Qdrant local folder has it (written on first open)
+RETRIEVE_IDS = 1000       # points of one read by id
+
+
+def foreign_folder(path: Path, uri: str) -> str | None:
+    """The one-line refusal of a folder that holds other files and is no Qdrant local store; None if fine."""
+    if not other_files(path, lambda p: (p / LOCAL_MARK).is_file()):
+        return None
+    return (f"store {uri} is a folder of other files, not a Qdrant local store, and ingest would write its files "
+            f"among them; pass a folder that does not exist yet, such as qdrant://{path}.qdrant")
+
+
+# the client's "Local mode is not recommended ... 20,000 points": the run says it once (collection._size_warnings)
+warnings.filterwarnings("ignore", message="Local mode is not recommended", category=UserWarning)
 
 
 class _Deferred:
@@ -106,3 +128,64 @@ def read_index(store: Any, collection: str) -> SourceIndex:
         found += [(str(p.id), (p.payload or {}).get("source"), (p.payload or {}).get("file_hash")) for p in points]
         if offset is None:
             return SourceIndex(found)
+
+
+class LocalMode:
+    """QdrantStore's writes and its reads by source, linear in local mode (mixed into QdrantStore, whose `local`,
+    `collection`, `client`, `call`, `_classify`, `_mutex`, `_client`, `_pid` and `_sources` they use)."""
+    local: bool
+    collection: str
+    client: Any
+    _mutex: Any
+    _client: Any
+    _pid: int | None
+    _sources: SourceIndex | None
+    call: Any
+    _classify: Any
+
+    def _write(self, what: str, method: str, **kwargs: Any) -> None:
+        """One write of the collection, applied when it returns; in local mode in one SQLite commit, and a failure
+        closes the client and forgets the source index (NOTE: one commit)."""
+        if not self.local:
+            self.call(what, method, self.collection, wait=True, **kwargs)
+            return
+        with self._mutex:
+            try:
+                with one_commit(self.client, self.collection):
+                    self.call(what, method, self.collection, wait=True, **kwargs)
+            except Exception as exc:
+                self._forget()                  # memory may hold what SQLite does not: reopen from SQLite
+                raise exc if isinstance(exc, StoreError) else self._classify(what, exc) from None
+
+    def _forget(self) -> None:
+        """Close the client (this process's only) and drop the source index: the next call opens them anew."""
+        with self._mutex:
+            if self._client is not None and self._pid == os.getpid():
+                try:
+                    self._client.close()
+                except Exception:
+                    pass
+            self._client, self._sources = None, None
+
+    def _index(self) -> SourceIndex:
+        """The points of each source, read by one scan on first use, then kept by this store's writes."""
+        with self._mutex:
+            if self._sources is None:
+                self._sources = read_index(self, self.collection)
+            return self._sources
+
+    def _delete_by_index(self, keep: Mapping[str, str]) -> None:
+        """Local mode's delete_stale: the stale versions' points by id, in one call and one SQLite commit."""
+        with self._mutex:
+            index = self._index()
+            if ids := index.stale(keep):
+                self._write("delete old rows", "delete", points_selector=ids)
+            index.forget(keep)
+
+    def _retrieve(self, sources: Sequence[str], payload: Any, vectors: Any) -> list[Any]:
+        """Local mode: every point of `sources`, any version, read by id (RETRIEVE_IDS a call)."""
+        ids, out = self._index().ids(sources), []
+        for i in range(0, len(ids), RETRIEVE_IDS):
+            out += self.call("read rows", "retrieve", self.collection, ids=ids[i:i + RETRIEVE_IDS],
+                             with_payload=payload, with_vectors=vectors)
+        return out

@@ -95,6 +95,41 @@ def test_many_sources_deleted_in_a_few_calls(store):
     assert left == {(f"d/{i}.txt", "v1") for i in range(1, 300, 2) if i != 7} | {("d/7.txt", "v2")}
 
 
+def test_stale_versions_found_again_after_a_reopen_and_deleted_in_one_commit(store, tmp_path):
+    for i in range(300):
+        store.upsert_columns(columns(f"d/{i}.txt", "v1", [f"text {i}", f"more {i}"]))
+    store.close()
+    again = QdrantStore(store.uri, "documents", 10)         # its source index read anew, by one scan
+    again.lock()
+    again.upsert_columns(columns("d/7.txt", "v2", ["seven again"]))
+    statements: list[str] = []
+    again.client._client.collections["documents"].storage.storage.set_trace_callback(statements.append)
+    again.delete_stale({**{f"d/{i}.txt": "v2" for i in range(0, 300, 3)}, "d/7.txt": "v2", "d/8.txt": ""})
+    assert sum(s.strip().upper() == "COMMIT" for s in statements) == 1, statements[-3:]    # 203 points, one commit
+    read = again.rows(["source", "file_hash", "chunk", "vector"], sources=["d/1.txt", "d/7.txt", "d/8.txt", "x"])
+    assert sorted((r["source"], r["file_hash"], r["chunk"]) for r in read) == [
+        ("d/1.txt", "v1", 0), ("d/1.txt", "v1", 1), ("d/7.txt", "v2", 0)] and all(len(r["vector"]) == DIM for r in read)
+    again.upsert_columns(columns("d/1.txt", "v3", ["one anew"]))     # kept in the index as it is written
+    again.delete_stale({"d/1.txt": "v3"})
+    again.close()
+    third = QdrantStore(store.uri, "documents", 10)          # what SQLite holds: the same
+    left = {(r["source"], r["file_hash"]) for r in third.rows(["source", "file_hash"])}
+    third.close()
+    assert left == {(f"d/{i}.txt", "v1") for i in range(300) if i % 3 and i not in (1, 7, 8)} | {
+        ("d/7.txt", "v2"), ("d/1.txt", "v3")}
+
+
+def test_a_write_sqlite_refuses_raises_and_the_store_reopens_from_sqlite(store):
+    store.upsert_columns(columns("a.txt", "v1", ["one", "two", "three"]))
+    store.delete_stale({"b.txt": ""})                          # the source index read
+    store.client._client.collections["documents"].storage.storage.execute("PRAGMA query_only = ON")
+    with pytest.raises(StoreError, match="failed to delete old rows"):
+        store.delete_stale({"a.txt": ""})
+    assert len(store.rows(["id"], sources=["a.txt"])) == 3     # the folder opened anew: what SQLite holds
+    store.delete_stale({"a.txt": ""})
+    assert store.rows(["id"]) == []
+
+
 HOLD = """
 import sys
 from ingest.store.qdrant import QdrantStore

@@ -16,7 +16,8 @@ conditional upserts, parametrized RRF). A Qdrant server was not tested here (loc
 
 Local mode keeps everything in this process: no writer processes (`hosted` False), and every call on its
 one client serialized by a lock (the local client is not thread safe; the run calls from its committer and
-writer threads). Its manifest is SQLite beside the folder, and `lock()` flocks `<folder>.lock`. A server
+writer threads). Its manifest is SQLite beside the folder, and `lock()` flocks `<folder>.lock`. It finds a
+source's points in an index of its own and writes each call in one SQLite commit (`ingest.store.qdrant_local`). A server
 keeps the manifest and the run's lease in `<collection>__files` (`ingest.store.qdrant_manifest`).
 """
 from __future__ import annotations
@@ -36,9 +37,9 @@ import numpy as np
 
 from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, StoreBase, StoreError, StoreRejected, flock,
                                hit, one_line)
-from ingest.store.lite_folder import other_files
 from ingest.store.manifest import Summary, manifest_path, read_summary
 from ingest.store import qdrant_manifest as server
+from ingest.store.qdrant_local import LOCAL_MARK, LocalMode, SourceIndex, foreign_folder
 from ingest.store.schema import Columns
 from ingest.store.sparse import document_vector, query_vector
 from ingest.store.uri import kind, local_path
@@ -50,7 +51,6 @@ FIELDS = (*HIT_FIELDS, "file_hash", "search_text")     # the payload: the Milvus
 DELETE_SOURCES = 256      # delete_stale: sources of one filtered delete
 SCROLL = 1000             # points of one scroll page
 FACET_LIMIT = 100_000     # distinct sources read by sources_like
-LOCAL_MARK = "meta.json"  # every Qdrant local folder has it (written on first open)
 LOCAL = Capabilities("Qdrant (local mode)", embedded=True, writers=1, modes=MODES, transactional=False, hosted=False)
 SERVER = Capabilities("Qdrant", embedded=False, writers=None, modes=MODES, transactional=False)
 
@@ -74,19 +74,7 @@ def server_options(address: str, timeout_s: float) -> dict[str, Any]:
             "timeout": max(1, math.ceil(timeout_s)), "check_compatibility": False}
 
 
-def foreign_folder(path: Path, uri: str) -> str | None:
-    """The one-line refusal of a folder that holds other files and is no Qdrant local store; None if fine."""
-    if not other_files(path, lambda p: (p / LOCAL_MARK).is_file()):
-        return None
-    return (f"store {uri} is a folder of other files, not a Qdrant local store, and ingest would write its files "
-            f"among them; pass a folder that does not exist yet, such as qdrant://{path}.qdrant")
-
-
-# the client's "Local mode is not recommended ... 20,000 points": the run says it once (collection._size_warnings)
-warnings.filterwarnings("ignore", message="Local mode is not recommended", category=UserWarning)
-
-
-class QdrantStore(StoreBase):
+class QdrantStore(LocalMode, StoreBase):
     """NOTE (errors): every call goes through `call`. A server's answer of 401/403 is a StoreError (the API
     key); any other 4xx refuses the rows or the request (StoreRejected). Another failure is classed by a
     short ping, as Milvus' are: if the server still answers, the call was refused (StoreRejected), else the
@@ -100,6 +88,7 @@ class QdrantStore(StoreBase):
         self._pid: int | None = None
         self._lock_file = None
         self._mutex: Any = threading.RLock() if self.local else nullcontext()
+        self._sources: SourceIndex | None = None      # local mode: the points of each source (qdrant_local)
 
     @property
     def caps(self) -> Capabilities:
@@ -181,13 +170,7 @@ class QdrantStore(StoreBase):
 
     def close(self) -> None:
         """Close the client (this process's only), then give the flock back."""
-        with self._mutex:
-            if self._client is not None and self._pid == os.getpid():
-                try:
-                    self._client.close()
-                except Exception:
-                    pass
-            self._client = None
+        self._forget()
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
@@ -282,6 +265,7 @@ class QdrantStore(StoreBase):
         if self.recorded() is None:
             raise StoreError(f"collection {self.collection!r} in {self.uri} was not made by ingest; it was not "
                              "dropped: choose another --collection")
+        self._sources = None
         self.call("drop the collection", "delete_collection", self.collection)
 
     # -- rows -----------------------------------------------------------------------
@@ -309,12 +293,18 @@ class QdrantStore(StoreBase):
         except (TypeError, ValueError, IndexError) as exc:
             raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None
         batch = m.Batch(ids=ids, vectors={DENSE: vectors.tolist(), SPARSE: sparse}, payloads=payloads)
-        self.call(what, "upsert", self.collection, points=batch, wait=True)
+        self._write(what, "upsert", points=batch)
+        if self._sources is not None:
+            self._sources.add(list(zip(ids, c.sources, c.file_hashes)))
 
     def delete_stale(self, keep: Mapping[str, str]) -> None:
-        """Remove every row of each source of `keep` but those of the version it maps to ("": all), DELETE_SOURCES
-        sources in one filtered delete: source in the batch, and any of its sources' other versions."""
+        """Remove every row of each source of `keep` but those of the version it maps to ("": all): in local mode
+        by their ids (the source index), in one call and one SQLite commit; on a server DELETE_SOURCES sources in
+        one filtered delete: source in the batch, and any of its sources' other versions."""
         from qdrant_client import models as m
+
+        if self.local:
+            return self._delete_by_index(keep)
 
         def version(source: str, file_hash: str) -> m.Filter:
             other = [m.FieldCondition(key="file_hash", match=m.MatchValue(value=file_hash))] if file_hash else None
@@ -329,7 +319,7 @@ class QdrantStore(StoreBase):
                       wait=True)
 
     def flush(self) -> None:
-        """Nothing to do: every write waits until it is applied (wait=True), and local mode commits each point."""
+        """Nothing to do: every write waits until it is applied (wait=True), and local mode commits each call."""
 
     def rows(self, fields: Sequence[str], sources: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """`fields` of every row, or of the rows of `sources` ("id": our hex id; "vector": the dense vector)."""
@@ -338,6 +328,9 @@ class QdrantStore(StoreBase):
         payload = [f for f in fields if f in FIELDS]
         todo = [None] if sources is None else sorted(set(sources))
         out: list[dict[str, Any]] = []
+        if self.local and sources is not None:          # by id: a filter would be evaluated over every point
+            points = self._retrieve(todo, payload or False, "vector" in fields and [DENSE])
+            return [self._row(p, fields) for p in points]
         for i in range(0, len(todo), ROWS_SOURCES):
             where = None if sources is None else m.Filter(must=[m.FieldCondition(
                 key="source", match=m.MatchAny(any=todo[i:i + ROWS_SOURCES]))])
@@ -346,12 +339,15 @@ class QdrantStore(StoreBase):
                 points, offset = self.call("read rows", "scroll", self.collection, limit=SCROLL, offset=offset,
                                            scroll_filter=where, with_payload=payload or False,
                                            with_vectors="vector" in fields and [DENSE])
-                for p in points:
-                    row = {"id": uuid.UUID(str(p.id)).hex, "vector": (p.vector or {}).get(DENSE), **(p.payload or {})}
-                    out.append({f: row.get(f) for f in fields})
+                out += [self._row(p, fields) for p in points]
                 if offset is None:
                     break
         return out
+
+    @staticmethod
+    def _row(point: Any, fields: Sequence[str]) -> dict[str, Any]:
+        row = {"id": uuid.UUID(str(point.id)).hex, "vector": (point.vector or {}).get(DENSE), **(point.payload or {})}
+        return {f: row.get(f) for f in fields}
 
     def search(self, vector: Sequence[float] | None, k: int, mode: str = "dense", query: str = "") -> list[dict[str, Any]]:
         """The k best chunks: by cosine (dense), by BM25 on `query`'s terms (bm25: none, no hits), or a dense and a

@@ -33,3 +33,25 @@ def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     found = re.search(r'details = "([^"]+)"', text) or re.search(r"message=(.+?)\)>", text)
     return redact((found.group(1) if found else text)[:300] or type(exc).__name__)
+
+
+class DiskFull(StoreError):
+    """The disk under an embedded store (or its manifest) is full: the run stops with one line; a rerun with
+    room resumes from the manifest."""
+
+
+_DISK_FULL = re.compile(r"no space left on device|database or disk is full|disk quota exceeded|errno 28\b|"
+                        r"\benospc\b|os error 28\b", re.I)
+
+
+def is_disk_full(exc: BaseException | str) -> bool:
+    """Whether an error (an OSError, SQLite's, Arrow's or Lance's, a Milvus Lite host's answer) says the disk is full."""
+    if isinstance(exc, OSError) and exc.errno in (28, 122):          # ENOSPC, EDQUOT
+        return True
+    return bool(_DISK_FULL.search(str(exc)))
+
+
+def disk_full(where: object) -> DiskFull:
+    """The one line of a full disk under `where` (a store or manifest path)."""
+    return DiskFull(f"disk full (No space left on device) writing {redact(str(where))}; free space on its disk, "
+                    "then rerun (what was committed is kept)")

@@ -37,6 +37,7 @@ NOTE (host protocol):
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -167,6 +168,10 @@ def _open(data_dir: str, address: str):
     from milvus_lite.adapter.grpc.server import _build_server       # start_server_in_thread binds TCP only
     from milvus_lite.db import MilvusLite
     from milvus_lite.exceptions import DataDirLockedError
+
+    # Its servicer logs a traceback per failed call (a full disk: one per batch); the client gets the reason
+    # in the call's status, and the run says it in one line (ingest/store/milvus.py).
+    logging.getLogger("milvus_lite").setLevel(logging.CRITICAL)
 
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:

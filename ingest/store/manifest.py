@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, Protocol
 
-from ingest.store.errors import StoreError
+from ingest.store.errors import StoreError, disk_full, is_disk_full
 from ingest.store.uri import local_path
 
 _SCHEMA = """
@@ -147,7 +147,7 @@ class SqliteManifest:
                 self._db.close()
                 raise
         except sqlite3.Error as exc:
-            raise StoreError(unreadable(path, exc)) from None
+            raise (disk_full(path) if is_disk_full(exc) else StoreError(unreadable(path, exc))) from None
 
     def close(self) -> None:
         self._db.close()
@@ -197,10 +197,21 @@ class SqliteManifest:
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")
+        """One transaction; a full disk is DiskFull (one line), the manifest as it was before it (SQLite rolls
+        back a transaction it could not write, and a WAL frame is never half-applied)."""
         try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if is_disk_full(exc):
+                with suppress(sqlite3.Error):
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                raise disk_full(self.path) from None
             raise
-        self._db.execute("COMMIT")

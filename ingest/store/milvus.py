@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, Endpoint, StoreBase, StoreError,
                                StoreRejected, flock, hit, one_line)
+from ingest.store.errors import disk_full, is_disk_full
 from ingest.store.lite_host import LiteHost, LiteServer
 from ingest.store.schema import Columns, collection_schema, upsert_request
 
@@ -132,6 +133,8 @@ class Store(StoreBase):
         try:
             return fn()
         except Exception as exc:
+            if is_local(self.uri) and is_disk_full(exc):       # the Lite host's disk: the run's, not the rows'
+                raise disk_full(self.local_path) from None
             if self._answers():
                 raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None
             host = self._host
@@ -324,6 +327,8 @@ class Store(StoreBase):
         status = self._guard(what, lambda: client._get_connection()._stub.Upsert(
             request, timeout=self.timeout_s, metadata=metadata)).status
         if status.code or status.error_code:
+            if is_local(self.uri) and is_disk_full(status.reason):
+                raise disk_full(self.local_path)
             raise StoreRejected(f"the store refused to {what}: {' '.join(status.reason.split())[:300]}")
 
     def delete_stale(self, keep: Mapping[str, str]) -> None:

@@ -142,15 +142,18 @@ def test_full_disk_stops_in_one_line_keeps_last_good_copy_and_a_rerun_with_room_
 
 def test_a_report_on_the_full_disk_is_said_in_one_line(disk: Path, tmp_path: Path):
     """The report beside the store (its default place) cannot be written either: one more line, no traceback."""
-    uri, docs = STORES["lite"](disk), tmp_path / "docs"
+    uri, docs, report = STORES["lite"](disk), tmp_path / "docs", disk / "store.db.report.json"
     docs.mkdir()
-    write_docs(docs, range(30))
-    fill(disk, 64)
-    proc, _ = ingest_run(uri, docs, disk / "report.json")
+    write_docs(docs, range(20))
+    assert ingest_run(uri, docs, report)[0].returncode == 0
+    write_docs(docs, range(20, 80))
+    fill(disk, room_kb=shutil.disk_usage(disk).used // 1024 // 2)
+    proc, _ = ingest_run(uri, docs, report)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("ingest: error: disk full (No space left on device) writing "), proc.stderr
-    assert any(f"no report written to {disk / 'report.json'}" in line or "report could not be written" in line
+    assert any(line.startswith(f"warning: the report could not be written to {report} (No space left on device)")
                for line in lines), proc.stderr
     assert len(lines) <= 3, proc.stderr
+    assert not list(disk.glob("*.tmp")), "a half-written report left behind"

@@ -55,3 +55,10 @@ def disk_full(where: object) -> DiskFull:
     """The one line of a full disk under `where` (a store or manifest path)."""
     return DiskFull(f"disk full (No space left on device) writing {redact(str(where))}; free space on its disk, "
                     "then rerun (what was committed is kept)")
+
+
+def refused(what: str, reason: str, disk: object = None) -> StoreError:
+    """A call the store answered with a refusal: StoreRejected (the rows'), unless the reason says that the disk
+    under the embedded store at `disk` is full (DiskFull: the run's)."""
+    return disk_full(disk) if disk is not None and is_disk_full(reason) else \
+        StoreRejected(f"the store refused to {what}: {reason}")

@@ -1,11 +1,10 @@
 """The vector store: one Milvus collection, reached through a lazily created MilvusClient.
 
-A local path (./ingest.db) is Milvus Lite, which allows one process per file: `lock()` takes
-an exclusive flock on `<db>.lock` so a second `ingest run` fails at once instead of
-corrupting the store, and `serve()` then moves the Lite server into a host process of its own
-(`ingest.store.lite_host`) that the run's client and its writer processes reach on a Unix socket only
-this user can open; without `serve()` (`ingest search`) Lite runs inside this process, on such a
-socket too (never pymilvus' own Lite server, which listens on 127.0.0.1 TCP). A server URI
+A local path (./ingest.db) is Milvus Lite, which allows one process per file: `lock()` takes an exclusive flock on
+`<db>.lock` so a second `ingest run` fails at once instead of corrupting the store, and `serve()` then moves the
+Lite server into a host process of its own (`ingest.store.lite_host`) that the run's client and its writer
+processes reach on a Unix socket only this user can open; without `serve()` (`ingest search`) Lite runs inside
+this process, on such a socket too (never pymilvus' own Lite server, which listens on 127.0.0.1 TCP). A server URI
 (http://host:19530) reaches Milvus standalone or a cluster unchanged. The client is created in the process that
 uses it (checked by pid) and never carried across a fork; another process gets the store as an
 `Endpoint` (`endpoint()`, `Store.at`).
@@ -23,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, Endpoint, StoreBase, StoreError,
                                StoreRejected, flock, hit, one_line)
-from ingest.store.errors import disk_full, is_disk_full
+from ingest.store.errors import refused
 from ingest.store.lite_host import LiteHost, LiteServer
 from ingest.store.schema import Columns, collection_schema, upsert_request
 
@@ -133,10 +132,8 @@ class Store(StoreBase):
         try:
             return fn()
         except Exception as exc:
-            if is_local(self.uri) and is_disk_full(exc):       # the Lite host's disk: the run's, not the rows'
-                raise disk_full(self.local_path) from None
-            if self._answers():
-                raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None
+            if self._answers():             # refused; a Lite host's full disk stops the run (DiskFull)
+                raise refused(what, one_line(exc), self.local_path) from None
             host = self._host
             why = f"its Milvus Lite host process is gone ({host.describe_exit()})" if host and not host.alive() \
                 else one_line(exc)
@@ -327,9 +324,7 @@ class Store(StoreBase):
         status = self._guard(what, lambda: client._get_connection()._stub.Upsert(
             request, timeout=self.timeout_s, metadata=metadata)).status
         if status.code or status.error_code:
-            if is_local(self.uri) and is_disk_full(status.reason):
-                raise disk_full(self.local_path)
-            raise StoreRejected(f"the store refused to {what}: {' '.join(status.reason.split())[:300]}")
+            raise refused(what, " ".join(status.reason.split())[:300], self.local_path)
 
     def delete_stale(self, keep: Mapping[str, str]) -> None:
         """Remove every row of each source of `keep` but those of the version it maps to ("": all): old versions,

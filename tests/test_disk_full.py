@@ -157,3 +157,21 @@ def test_a_report_on_the_full_disk_is_said_in_one_line(disk: Path, tmp_path: Pat
                for line in lines), proc.stderr
     assert len(lines) <= 3, proc.stderr
     assert not list(disk.glob("*.tmp")), "a half-written report left behind"
+
+
+def test_a_collection_a_full_disk_left_half_made_is_made_again(tmp_path: Path):
+    """Milvus Lite makes a collection's folder, then its schema.json (a temp file renamed): a disk that fills in
+    between leaves the folder with the temp file alone, which Lite then refuses to make again ("File exists").
+    The Lite host removes such a folder (nothing else in it) when it opens the store."""
+    uri, docs, report = str(tmp_path / "store.db"), tmp_path / "docs", tmp_path / "report.json"
+    docs.mkdir()
+    write_docs(docs, range(3))
+    assert ingest_run(uri, docs, report)[0].returncode == 0
+    half = tmp_path / "store.db" / "collections" / "other"
+    half.mkdir()
+    (half / "schema.json.tmp").write_text('{"collection_name": "oth')
+    argv = [sys.executable, "-m", "ingest.cli", "run", str(docs), "--store", uri, "--collection", "other",
+            "--report", str(report), "--quiet", "--backend", "null"]
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=cli_env())
+    assert proc.returncode == 0, proc.stderr
+    assert (half / "schema.json").exists() and not (half / "schema.json.tmp").exists()

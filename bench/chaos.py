@@ -107,10 +107,10 @@ class Corpus:
                                                 Slide(title=words(r, 2), body=words(r, 30))])}
     EXT = {"txt": "txt", "pdf": "pdf", "scan": "pdf", "docx": "docx", "pptx": "pptx"}
 
-    def __init__(self, folder: Path, rng: random.Random):
-        self.folder, self.rng, self.count = folder, rng, 0
+    def __init__(self, folder: Path, rng: random.Random, light: bool = False):
+        self.folder, self.rng, self.count, self.light = folder, rng, 0, light      # light: text files only
         folder.mkdir(parents=True)
-        for kind in ("txt", "txt", "txt", "pdf", "pdf", "scan", "docx", "docx", "pptx", "pptx"):
+        for kind in ("txt",) * 10 if light else ("txt", "txt", "txt", "pdf", "pdf", "scan", "docx", "docx", "pptx", "pptx"):
             self.add(kind)
 
     def files(self) -> list[Path]:
@@ -141,7 +141,7 @@ class Corpus:
             done.append(f"-{path.name}")
         scans = [p for p in self.files() if self.kind(p) == "scan"]
         for _ in range(1 + (len(self.files()) < 8)):
-            kind = rng.choice(["txt", "pdf", "docx", "pptx"] + ["scan"] * (len(scans) < 2))
+            kind = "txt" if self.light else rng.choice(["txt", "pdf", "docx", "pptx"] + ["scan"] * (len(scans) < 2))
             done.append(f"+{self.add(kind).name}")
         return done
 
@@ -464,6 +464,8 @@ def main() -> int:
     ap.add_argument("--kinds", type=lambda v: v.split(","), default=[*KINDS, "store"],
                     help=f"the kinds of process that may be signalled (default all: {','.join(KINDS)}), and of "
                     "store fault (with --faulty-store; 'store': all of that store's)")
+    ap.add_argument("--light", action="store_true", help="a corpus of text files only (no PDF, Office or OCR "
+                    "pools: rounds several times shorter, for the store faults)")
     ap.add_argument("--faulty-store", choices=sorted(FAULTS), help="make the store here and add its faults")
     ap.add_argument("--store-timeout", type=float, default=10.0, help="[store] timeout_s of every run (default "
                     "10 s; a stall lasts 1 to 1.5 times it)")
@@ -476,7 +478,7 @@ def main() -> int:
           f"{machine()}; work dir {work}", flush=True)
     results = []
     try:
-        corpus = Corpus(work / "corpus", bench.rng)
+        corpus = Corpus(work / "corpus", bench.rng, args.light)
         for n in range(1, args.rounds + 1):
             results.append(bench.round(n, corpus))
             show(results[-1])

@@ -175,3 +175,22 @@ def test_a_collection_a_full_disk_left_half_made_is_made_again(tmp_path: Path):
     proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=cli_env())
     assert proc.returncode == 0, proc.stderr
     assert (half / "schema.json").exists() and not (half / "schema.json.tmp").exists()
+
+
+@pytest.mark.parametrize("kind", sorted(STORES))
+def test_a_full_disk_at_the_start_is_never_called_a_damaged_manifest(disk: Path, tmp_path: Path, kind: str):
+    """SQLite says "disk I/O error" when it cannot make the WAL's files of an existing manifest on a full disk:
+    the line says the disk is full (never "damaged: move it aside ... --reembed"), and a rerun with room is fine."""
+    uri, docs, report = STORES[kind](disk), tmp_path / "docs", tmp_path / "report.json"
+    docs.mkdir()
+    write_docs(docs, range(5))
+    assert ingest_run(uri, docs, report)[0].returncode == 0
+    write_docs(docs, range(5, 10))
+    filler = fill(disk, room_kb=0)
+    proc, _ = ingest_run(uri, docs, report)
+    assert proc.returncode == 2, proc.stderr
+    assert "damaged" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("ingest: error: disk full (No space left on device) ")
+    filler.unlink()
+    assert ingest_run(uri, docs, report)[0].returncode == 0
+    one_version_each(uri, {f"f{i:03d}.txt" for i in range(10)})

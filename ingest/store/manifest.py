@@ -126,6 +126,18 @@ def unreadable(path: Path, exc: sqlite3.Error) -> str:
     return f"cannot read the manifest {path}: {exc}; {hint}"
 
 
+def _full(path: Path, exc: sqlite3.Error) -> bool:
+    """Whether SQLite failed for a full disk: said so, or a "disk I/O error" (what it says when it cannot make or
+    grow the WAL or its shared-memory file) where `path`'s disk has under 1 MiB left. Never "damaged" for that."""
+    if is_disk_full(exc):
+        return True
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return "disk I/O error" in str(exc) and st.f_bavail * st.f_frsize < 1 << 20
+
+
 def manifest_path(uri: str, collection: str) -> Path:
     """The SQLite manifest of an embedded store (a Milvus Lite file, a Qdrant local folder): next to it."""
     return Path(f"{local_path(uri)}.{collection}.manifest.sqlite")
@@ -147,7 +159,7 @@ class SqliteManifest:
                 self._db.close()
                 raise
         except sqlite3.Error as exc:
-            raise (disk_full(path) if is_disk_full(exc) else StoreError(unreadable(path, exc))) from None
+            raise (disk_full(path) if _full(path, exc) else StoreError(unreadable(path, exc))) from None
 
     def close(self) -> None:
         self._db.close()
@@ -209,7 +221,7 @@ class SqliteManifest:
                 raise
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
-            if is_disk_full(exc):
+            if _full(self.path, exc):
                 with suppress(sqlite3.Error):
                     if self._db.in_transaction:
                         self._db.execute("ROLLBACK")

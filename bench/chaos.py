@@ -429,6 +429,8 @@ def _unexpected(a: Attempt) -> str | None:
         last = (a.stderr.strip().splitlines() or [""])[-1]
         if a.rc not in (0, 2) or "Traceback" in a.stderr or (a.rc == 2 and not last.startswith("ingest: error: ")):
             return f"rc {a.rc} after {a.kill[0]}: {a.stderr.strip()[-300:]}"
+        if a.rc == 2 and a.kill[0] == "disk full" and "disk full" not in last:        # the cause the run saw, named
+            return f"a full disk said otherwise: {last[:300]}"
     if a.kill and a.kill[0] == "supervisor":
         if a.kill[2] == "SIGKILL":
             return None if a.rc == -9 else f"SIGKILL to the supervisor gave rc {a.rc}"

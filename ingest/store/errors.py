@@ -45,7 +45,8 @@ _DISK_FULL = re.compile(r"no space left on device|database or disk is full|disk 
 
 
 def is_disk_full(exc: BaseException | str) -> bool:
-    """Whether an error (an OSError, SQLite's, Arrow's or Lance's, a Milvus Lite host's answer) says the disk is full."""
+    """Whether an error (an OSError; SQLite's, Arrow's or Lance's; a Milvus Lite host's answer) says the disk is
+    full."""
     if isinstance(exc, OSError) and exc.errno in (28, 122):          # ENOSPC, EDQUOT
         return True
     return bool(_DISK_FULL.search(str(exc)))

@@ -202,7 +202,9 @@ def _sweep_unmade(data_dir: Path) -> None:
     folder whose whole listing is that temp file (or nothing) goes: it holds no row."""
     for folder in (*data_dir.glob("collections/*"), *data_dir.glob("databases/*/collections/*")):
         try:
-            if folder.is_dir() and not folder.is_symlink() and {p.name for p in folder.iterdir()} <= {"schema.json.tmp"}:
+            unmade = folder.is_dir() and not folder.is_symlink() and \
+                {p.name for p in folder.iterdir()} <= {"schema.json.tmp"}
+            if unmade:
                 shutil.rmtree(folder)
         except OSError:
             continue

@@ -172,7 +172,8 @@ class SqliteManifest:
         return row[0] if row else None
 
     def set_meta(self, key: str, value: str) -> None:
-        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+        with self._transaction():            # a full disk: DiskFull, not SQLite's error
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     def all(self) -> dict[str, Entry]:
         rows = self._db.execute(

@@ -3,6 +3,13 @@
     python bench/chaos.py --rounds 3 --backend null        # a quick check (null vectors are constant)
     python bench/chaos.py --rounds 50 --seed 1             # the benchmark (the real model, torch)
     python bench/chaos.py --store http://127.0.0.1:19530   # a Milvus server instead of a Lite file
+    python bench/chaos.py --faulty-store postgres --kinds store --rounds 20 --backend null    # store faults only
+
+With --faulty-store STORE (postgres, milvus, lite, lancedb) the bench makes the store itself (a server of its own,
+or an embedded store on a tmpfs of its own) and its faults join the kinds (bench/store_faults.py: a restart, cut
+connections, a stalled server, a full disk); `--kinds store` picks among those alone. A run after a store fault
+must finish (rc 0: it rode the fault out) or stop with one line and a fresh report (rc 2: a rerun resumes); the
+summary counts the outcomes of each fault kind.
 
 Each round: (from round 2) change one or two files, delete one, add one; the reference is what a
 clean run into a fresh store gives for each file version (cached per name and content hash); start `ingest run --prune` on the
@@ -44,7 +51,9 @@ sys.path[:0] = [str(ROOT / "tests"), str(Path(__file__).parent)]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from docs import Slide, make_docx, make_pdf, make_pptx, make_scanned_pdf  # noqa: E402
+from store_faults import FAULTS, StoreFaults  # noqa: E402
 from ingest.outputs import html_path  # noqa: E402
+from ingest.store import local_path, redact  # noqa: E402
 from pipeline import machine  # noqa: E402
 
 KINDS = ("supervisor", "loader", "ocr", "tokenizer", "encode", "writer", "lite host")
@@ -63,18 +72,24 @@ SCAN_WORDS = ("COPPER LANTERN", "RIVER FALCON", "MARBLE BEACON", "QUARTZ TUNNEL"
 
 _DUMP = """
 import json, sqlite3, sys
-from ingest.store import Store, is_local
+from ingest.store import is_local, local_path, open_store
 from ingest.store.manifest import manifest_path
 uri, collection, fields = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
-store = Store(uri, collection)
+store = open_store(uri, collection)
 rows = store.rows(fields) if store.exists() else []
 store.close()
+staged = 0                 # LanceDB: rows left in the staging table after a finished run are leftovers
+if uri.startswith("lancedb://"):
+    import lancedb
+    db = lancedb.connect(str(local_path(uri)))
+    if collection + "__staged" in db.table_names():
+        staged = db.open_table(collection + "__staged").count_rows()
 manifest = {}
 if is_local(uri) and manifest_path(uri, collection).exists():
     db = sqlite3.connect(str(manifest_path(uri, collection)))
     manifest = {s: [h, st, n] for s, h, st, n in db.execute("select source, file_hash, status, chunks from files")}
     db.close()
-print(json.dumps({"rows": rows, "manifest": manifest}, default=float))
+print(json.dumps({"rows": rows, "manifest": manifest, "staged": staged}, default=float))
 """
 
 
@@ -92,10 +107,10 @@ class Corpus:
                                                 Slide(title=words(r, 2), body=words(r, 30))])}
     EXT = {"txt": "txt", "pdf": "pdf", "scan": "pdf", "docx": "docx", "pptx": "pptx"}
 
-    def __init__(self, folder: Path, rng: random.Random):
-        self.folder, self.rng, self.count = folder, rng, 0
+    def __init__(self, folder: Path, rng: random.Random, light: bool = False):
+        self.folder, self.rng, self.count, self.light = folder, rng, 0, light      # light: text files only
         folder.mkdir(parents=True)
-        for kind in ("txt", "txt", "txt", "pdf", "pdf", "scan", "docx", "docx", "pptx", "pptx"):
+        for kind in ("txt",) * 10 if light else ("txt", "txt", "txt", "pdf", "pdf", "scan", "docx", "docx", "pptx", "pptx"):
             self.add(kind)
 
     def files(self) -> list[Path]:
@@ -126,7 +141,7 @@ class Corpus:
             done.append(f"-{path.name}")
         scans = [p for p in self.files() if self.kind(p) == "scan"]
         for _ in range(1 + (len(self.files()) < 8)):
-            kind = rng.choice(["txt", "pdf", "docx", "pptx"] + ["scan"] * (len(scans) < 2))
+            kind = "txt" if self.light else rng.choice(["txt", "pdf", "docx", "pptx"] + ["scan"] * (len(scans) < 2))
             done.append(f"+{self.add(kind).name}")
         return done
 
@@ -149,12 +164,21 @@ class Bench:
         self.rng = random.Random(args.seed)
         self.tmp = work / "tmp"                  # the runs' TMPDIR: anything left there is a leftover
         self.tmp.mkdir()
-        self.store_dir = work / "store"          # the chaos store (Lite), its lock, manifest and report
-        self.store_dir.mkdir()
-        self.server = "://" in args.store
-        self.uri = args.store if self.server else str(self.store_dir / Path(args.store).name)
+        self.store_dir = work / "store"          # the chaos store (embedded), its lock, manifest and report
+        self.faults = StoreFaults.start(args.faulty_store, work, self.rng, args.store_timeout) \
+            if args.faulty_store else None      # a store of the bench's own, and its faults
+        self.store_dir.mkdir(exist_ok=True)
+        self.uri = self.faults.uri(Path(args.store).stem) if self.faults else args.store if "://" in args.store \
+            else str(self.store_dir / Path(args.store).name)
+        self.server = local_path(self.uri) is None
         self.collection = f"chaos_{os.getpid()}" if self.server else COLLECTION
-        self.report = self.store_dir / "report.json"
+        # On a disk the bench fills, the report would go with the store: it lives beside the corpus instead.
+        self.report = (work / "reports" if self.faults and not self.server else self.store_dir) / "report.json"
+        self.report.parent.mkdir(exist_ok=True)
+        self.kinds = [k for k in args.kinds if k != "store"] + \
+            [k for k in (self.faults.kinds if self.faults else ()) if "store" in args.kinds or k in args.kinds]
+        self.outcomes: Counter[tuple[str, str]] = Counter()     # store fault kind, how its run ended
+        self.stop_lines: dict[str, Counter[str]] = {}            # store fault kind: the runs' one-line errors
         self.seen: set[str] = set()              # kinds seen alive in any run
         self.kills: Counter[tuple[str, str]] = Counter()
         self.walls: list[float] = []             # runs not killed: what a kill's delay is drawn from
@@ -185,6 +209,8 @@ class Bench:
             proc.kill()
             stderr.append(f"[chaos] hung past {self.args.attempt_timeout} s, killed")
         rc, wall = proc.wait(), time.time() - start
+        if self.faults:
+            self.faults.heal()                                   # the fault over before anything is checked
         reader.join(10)
         (self.work / "logs").mkdir(exist_ok=True)
         (self.work / "logs" / f"{mark.rsplit('/', 1)[-1].replace(':', '-')}.log").write_text("".join(stderr))
@@ -209,10 +235,15 @@ class Bench:
 
     def strike(self, top: psutil.Process, at: float) -> tuple[tuple[str, str, str, float] | None, bool]:
         """Signal a random process of a random kind alive now."""
-        alive = {k: ps for k, ps in self.alive(top).items() if k in self.args.kinds}
+        alive = {k: ps for k, ps in self.alive(top).items() if k in self.kinds}
+        alive.update((k, []) for k in self.kinds if k in FAULTS.get(self.args.faulty_store, ()))
         if not alive:
             return None, True
         kind = self.rng.choice(sorted(alive))
+        if not alive[kind]:                                      # a store fault
+            self.seen.add(kind)
+            self.kills[(kind, "fault")] += 1
+            return (kind, self.faults.strike(kind), "fault", at), False
         target = self.rng.choice(alive[kind])
         sig = self.rng.choice(SIGNALS)
         try:
@@ -268,7 +299,8 @@ class Bench:
             (out / "docs").mkdir(parents=True)
             for p in fresh:
                 shutil.copy2(p, out / "docs" / p.name)
-            uri = self.args.store if self.server else str(out / "clean.db")
+            uri = self.uri if self.server else f"lancedb://{out / 'clean.lance'}" \
+                if self.uri.startswith("lancedb://") else str(out / "clean.db")
             collection = f"chaos_clean_{os.getpid()}_{len(self.clean)}" if self.server else COLLECTION
             attempt = self.ingest(out / "docs", uri, collection, out / "report.json", f"{self.work}:clean")
             if attempt.rc != 0:
@@ -285,9 +317,10 @@ class Bench:
                 "manifest": {name: c["manifest"] for name, c in cached if c["manifest"] is not None}}, wall
 
     def drop(self, collection: str) -> None:
-        code = ("import sys; from pymilvus import MilvusClient; c = MilvusClient(sys.argv[1])\n"
-                "for n in (sys.argv[2], sys.argv[2] + '__files'):\n    c.has_collection(n) and c.drop_collection(n)")
-        subprocess.run([sys.executable, "-c", code, self.args.store, collection], capture_output=True, timeout=120)
+        code = ("import sys; from ingest.store import open_store\n"
+                "for n in (sys.argv[2], sys.argv[2] + '__files'):\n"
+                "    s = open_store(sys.argv[1], n)\n    s.exists() and s.drop()")
+        subprocess.run([sys.executable, "-c", code, self.uri, collection], capture_output=True, timeout=120)
 
     def compare(self, ref: dict, got: dict, files: list[str]) -> list[str]:
         out: list[str] = []
@@ -312,6 +345,8 @@ class Bench:
             cos = float(va @ vb / (np.linalg.norm(va) * np.linalg.norm(vb)))
             if fields or cos < MIN_COSINE:
                 out.append(f"row differs: {a['source']} chunk {a['chunk']} ({', '.join(fields)} cosine {cos:.6f})")
+        if got.get("staged"):
+            out.append(f"{got['staged']} rows left in the staging table")
         if not self.server and ref["manifest"] != got["manifest"]:
             diff = sorted(k for k in ref["manifest"].keys() | got["manifest"].keys()
                           if ref["manifest"].get(k) != got["manifest"].get(k))
@@ -322,13 +357,15 @@ class Bench:
         """Files no finished run leaves: in the runs' TMPDIR, the corpus, the store and report dir."""
         out = [f"TMPDIR: {p.name}" for p in self.tmp.iterdir() if not p.name.startswith(TMP_KEPT)]
         out += [f"corpus: {name}" for name in sorted(set(os.listdir(self.work / "corpus")) - set(files))]
-        store = Path(self.uri).name
+        store = local_path(self.uri).name if not self.server else ""
         # A finished run keeps its report and the report's HTML page (ingest/outputs.py names them); its spool
         # and .tmp files it removes (ingest/report.py NOTE), so one of those left is a true leftover.
         allowed = {store, f"{store}.lock", f"{store}.{self.collection}.manifest.sqlite", self.report.name,
                    html_path(self.report).name}
         out += [f"store dir: {p.name}" for p in self.store_dir.iterdir() if p.name not in allowed]
-        if not self.server and (self.store_dir / store).is_dir():
+        if self.report.parent != self.store_dir:
+            out += [f"report dir: {p.name}" for p in self.report.parent.iterdir() if p.name not in allowed]
+        if store and (self.store_dir / store).is_dir():
             out += [f"store: {p.relative_to(self.store_dir)}" for p in (self.store_dir / store).rglob("*")
                     if p.is_file() and (".tmp" in p.name or ".database-staging" in p.parts)]
         return out
@@ -346,6 +383,13 @@ class Bench:
         mark = f"{self.work}:{n}"
         attempts = [self.ingest(corpus.folder, self.uri, self.collection, self.report, f"{mark}:0", kill_at)]
         problems = [f"unexpected exit: {why}" for why in [_unexpected(attempts[0])] if why]
+        if attempts[0].kill and attempts[0].kill[2] == "fault":
+            kind, a = attempts[0].kill[0], attempts[0]
+            self.outcomes[(kind, "finished" if a.rc == 0 else f"stopped, rc {a.rc}")] += 1
+            if a.rc:
+                last = (a.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+                self.stop_lines.setdefault(kind, Counter())[" ".join(w if not any(c.isdigit() for c in w) else "#"
+                                                                   for w in last.split())[:200]] += 1
         while attempts[-1].rc != 0 and len(attempts) <= MAX_RESUMES:
             attempts.append(self.ingest(corpus.folder, self.uri, self.collection, self.report, f"{mark}:{len(attempts)}"))
             if attempts[-1].rc != 0:
@@ -381,6 +425,12 @@ def _unexpected(a: Attempt) -> str | None:
     """Why this attempt's exit breaks the contract, or None."""
     if "[chaos] hung" in a.stderr:
         return f"hung (killed after the attempt timeout); stderr: {a.stderr.strip()[-300:]}"
+    if a.kill and a.kill[2] == "fault":      # a store fault: ride it out (0) or stop in one line (2), no traceback
+        last = (a.stderr.strip().splitlines() or [""])[-1]
+        if a.rc not in (0, 2) or "Traceback" in a.stderr or (a.rc == 2 and not last.startswith("ingest: error: ")):
+            return f"rc {a.rc} after {a.kill[0]}: {a.stderr.strip()[-300:]}"
+        if a.rc == 2 and a.kill[0] == "disk full" and "disk full" not in last:        # the cause the run saw, named
+            return f"a full disk said otherwise: {last[:300]}"
     if a.kill and a.kill[0] == "supervisor":
         if a.kill[2] == "SIGKILL":
             return None if a.rc == -9 else f"SIGKILL to the supervisor gave rc {a.rc}"
@@ -395,6 +445,7 @@ def _unexpected(a: Attempt) -> str | None:
 
 def show(r: dict) -> None:
     kill = "ended before the kill" if r["missed"] else \
+        f"{r['kill'][0]}: {r['kill'][1]} at {r['kill'][3]:.1f} s" if r["kill"] and r["kill"][2] == "fault" else \
         f"{r['kill'][2]} {r['kill'][0]} ({r['kill'][1]}) at {r['kill'][3]:.1f} s" if r["kill"] else "no kill"
     ok = "ok" if not (r["problems"] or r["leftovers"]) else f"{len(r['problems'])} mismatches, {len(r['leftovers'])} leftovers"
     print(f"round {r['round']:>3}  {r['files']:>2} files {' '.join(r['changes']) or '(initial)'}\n"
@@ -412,17 +463,24 @@ def main() -> int:
                     "model; null for quick checks: constant vectors, so only ids and rows are compared)")
     ap.add_argument("--store", default="chaos.db", help="a Lite file name (in the work dir) or a server URI")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (kept anyway after a mismatch)")
-    ap.add_argument("--kinds", type=lambda v: v.split(","), default=list(KINDS),
-                    help=f"the kinds of process that may be signalled (default all: {','.join(KINDS)})")
+    ap.add_argument("--kinds", type=lambda v: v.split(","), default=[*KINDS, "store"],
+                    help=f"the kinds of process that may be signalled (default all: {','.join(KINDS)}), and of "
+                    "store fault (with --faulty-store; 'store': all of that store's)")
+    ap.add_argument("--light", action="store_true", help="a corpus of text files only (no PDF, Office or OCR "
+                    "pools: rounds several times shorter, for the store faults)")
+    ap.add_argument("--faulty-store", choices=sorted(FAULTS), help="make the store here and add its faults")
+    ap.add_argument("--store-timeout", type=float, default=10.0, help="[store] timeout_s of every run (default "
+                    "10 s; a stall lasts 1 to 1.5 times it)")
     ap.add_argument("--attempt-timeout", type=float, default=600, help="seconds before a run counts as hung")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="chaos-"))
+    (work / "config.toml").write_text(f"[store]\ntimeout_s = {args.store_timeout}\n")    # the runs' cwd
     bench = Bench(args, work)
-    print(f"chaos: {args.rounds} rounds, seed {args.seed}, backend {args.backend}, store {bench.uri}; "
+    print(f"chaos: {args.rounds} rounds, seed {args.seed}, backend {args.backend}, store {redact(bench.uri)}; "
           f"{machine()}; work dir {work}", flush=True)
     results = []
     try:
-        corpus = Corpus(work / "corpus", bench.rng)
+        corpus = Corpus(work / "corpus", bench.rng, args.light)
         for n in range(1, args.rounds + 1):
             results.append(bench.round(n, corpus))
             show(results[-1])
@@ -431,6 +489,8 @@ def main() -> int:
     finally:
         if bench.server:
             bench.drop(bench.collection)
+        if bench.faults:
+            bench.faults.close()
         bad = any(r["problems"] or r["leftovers"] for r in results)
         if args.keep or bad:
             print(f"chaos: work dir kept: {work} (logs/: each run's stderr)")
@@ -453,6 +513,11 @@ def summarize(results: list[dict], bench: Bench, args: argparse.Namespace) -> No
           f"seen but never killed: {', '.join(sorted(k for k in bench.seen if k not in {k for k, _ in bench.kills})) or 'none'}")
     print(f"mismatches {mismatches} (rounds {[r['round'] for r in results if r['problems']]}), leftovers {leftovers} "
           f"(rounds {[r['round'] for r in results if r['leftovers']]})")
+    for kind in sorted({k for k, _ in bench.outcomes}):
+        ends = ", ".join(f"{how} {n}" for (k, how), n in sorted(bench.outcomes.items()) if k == kind)
+        print(f"{kind}: {ends}")
+        for line, n in bench.stop_lines.get(kind, Counter()).most_common(3):
+            print(f"    {n} x {line}")
     print(f"seconds per round: mean {statistics.mean(secs):.1f}, median {statistics.median(secs):.1f}, "
           f"max {max(secs):.1f}; {args.rounds} rounds ~ {statistics.mean(secs) * args.rounds / 60:.0f} min")
 

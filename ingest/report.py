@@ -96,17 +96,22 @@ class Tally:
         self.digest = html_report.Digest()
         self._out: IO[str] | None = None
         self._flushed = 0.0
+        self.spool_error: OSError | None = None      # the spool could not be written (a full disk): no report
 
     def add(self, file: Finished) -> None:
         if self._out is None:
             self.spool.parent.mkdir(parents=True, exist_ok=True)
             self._out = open(self.spool, "w", encoding="utf-8")
         entry = file_entry(file)
-        self._out.write(_ENCODE(entry) + "\n")
+        if self.spool_error is None:
+            try:
+                self._out.write(_ENCODE(entry) + "\n")
+                if (now := time.monotonic()) - self._flushed > SPOOL_FLUSH_S:
+                    self._out.flush()
+                    self._flushed = now
+            except OSError as exc:           # a full disk: the counts go on; `write` says the report is lost
+                self.spool_error = exc
         self.digest.add(entry)
-        if (now := time.monotonic()) - self._flushed > SPOOL_FLUSH_S:
-            self._out.flush()
-            self._flushed = now
         o = file.outcome
         self.unseen.discard(file.ref.source)
         self.unlisted += unlisted(((file.ref, o),))
@@ -140,9 +145,15 @@ class Tally:
 
     def write(self, totals: dict[str, Any]) -> None:
         """The report from the spool, written atomically, then its HTML page; then the spool goes. An OSError
-        writing the JSON report leaves the spool (its lines) and no temp file."""
+        writing the spool or the JSON report leaves the spool (its lines, all that could be written) and no temp
+        file."""
         if self._out is not None:
-            self._out.close()
+            try:
+                self._out.close()
+            except OSError as exc:
+                self.spool_error = self.spool_error or exc
+        if self.spool_error is not None:     # its lines are not all there: no report made from part of them
+            raise self.spool_error
         path = self.report_path
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = tmp_path(path)

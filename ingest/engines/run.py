@@ -135,9 +135,12 @@ class Run:
             totals = self._totals(str(fatal) if fatal else None, code, pruned, self.engine_totals())
             try:
                 self.tally.write(totals)
-            except OSError as exc:            # a report folder gone or made read-only since the start
-                fatal = fatal or RunError(f"the report could not be written to {self.report_path} "
-                                          f"({exc.strerror or exc}); the files' lines are in {self.tally.spool}")
+            except OSError as exc:            # a report folder gone or made read-only since the start, a full disk
+                lost = (f"the report could not be written to {self.report_path} ({exc.strerror or exc}); the files' "
+                        f"lines {'that could be written ' if self.tally.spool_error else ''}are in {self.tally.spool}")
+                if fatal is not None:         # what stopped the run is the last line; this one before it
+                    print(f"warning: {lost}", file=sys.stderr)
+                fatal = fatal or RunError(lost)
                 totals.update(exit_code=EXIT_ERROR, stopped_by=totals["stopped_by"] or str(fatal))
             self.totals = totals
             self.last.record(col, self.report_path, totals, fatal)      # after the report: store first, then record

@@ -100,3 +100,33 @@ def retried(method: Callable[..., T]) -> Callable[..., T]:
     def run(self, *args, **kwargs):
         return retry(lambda: method(self, *args, **kwargs), self.timeout_s, self.reconnect)
     return run
+
+
+class DiskFull(StoreError):
+    """The disk under an embedded store (or its manifest) is full: the run stops with one line; a rerun with
+    room resumes from the manifest."""
+
+
+_DISK_FULL = re.compile(r"no space left on device|database or disk is full|disk quota exceeded|errno 28\b|"
+                        r"\benospc\b|os error 28\b", re.I)
+
+
+def is_disk_full(exc: BaseException | str) -> bool:
+    """Whether an error (an OSError; SQLite's, Arrow's or Lance's; a Milvus Lite host's answer) says the disk is
+    full."""
+    if isinstance(exc, OSError) and exc.errno in (28, 122):          # ENOSPC, EDQUOT
+        return True
+    return bool(_DISK_FULL.search(str(exc)))
+
+
+def disk_full(where: object) -> DiskFull:
+    """The one line of a full disk under `where` (a store or manifest path)."""
+    return DiskFull(f"disk full (No space left on device) writing {redact(str(where))}; free space on its disk, "
+                    "then rerun (what was committed is kept)")
+
+
+def refused(what: str, reason: str, disk: object = None) -> StoreError:
+    """A call the store answered with a refusal: StoreRejected (the rows'), unless the reason says that the disk
+    under the embedded store at `disk` is full (DiskFull: the run's)."""
+    return disk_full(disk) if disk is not None and is_disk_full(reason) else \
+        StoreRejected(f"the store refused to {what}: {reason}")

@@ -37,6 +37,7 @@ import numpy as np
 
 from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, StoreBase, StoreError, StoreRejected, flock, hit,
                                one_line)
+from ingest.store.errors import disk_full, is_disk_full
 from ingest.store.lite_folder import other_files
 from ingest.store.manifest import Entry, Manifest, Summary, manifest_path, read_summary
 from ingest.store.schema import Columns
@@ -135,9 +136,11 @@ class LanceStore(StoreBase):
             return fn(*args, **kwargs)
         except StoreError:
             raise
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
-            raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None
         except Exception as exc:
+            if is_disk_full(exc):
+                raise disk_full(self.local_path) from None
+            if isinstance(exc, (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError)):
+                raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None
             raise StoreError(f"store {self.uri} failed to {what}: {one_line(exc)}; check the folder "
                              f"{self.local_path}, then rerun") from None
 

@@ -37,6 +37,7 @@ NOTE (host protocol):
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -168,10 +169,15 @@ def _open(data_dir: str, address: str):
     from milvus_lite.db import MilvusLite
     from milvus_lite.exceptions import DataDirLockedError
 
+    # Its servicer logs a traceback per failed call (a full disk: one per batch); the client gets the reason
+    # in the call's status, and the run says it in one line (ingest/store/milvus.py).
+    logging.getLogger("milvus_lite").setLevel(logging.CRITICAL)
+
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
         try:
             db = MilvusLite(data_dir)
+            _sweep_unmade(Path(data_dir))      # under its LOCK: no other process is making one
             break
         except DataDirLockedError:
             if time.monotonic() > deadline:
@@ -187,6 +193,21 @@ def _open(data_dir: str, address: str):
         db.close()
         raise
     return server, db
+
+
+def _sweep_unmade(data_dir: Path) -> None:
+    """Remove the folders of collections Milvus Lite began but never made. It makes the folder, then writes
+    schema.json (a temp file renamed), and takes a folder without schema.json for no collection, yet refuses to
+    make one there ("File exists"): a full disk at that moment would refuse the collection for good. Only a
+    folder whose whole listing is that temp file (or nothing) goes: it holds no row."""
+    for folder in (*data_dir.glob("collections/*"), *data_dir.glob("databases/*/collections/*")):
+        try:
+            unmade = folder.is_dir() and not folder.is_symlink() and \
+                {p.name for p in folder.iterdir()} <= {"schema.json.tmp"}
+            if unmade:
+                shutil.rmtree(folder)
+        except OSError:
+            continue
 
 
 def serving(data_dir: Path) -> str | None:

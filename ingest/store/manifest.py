@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, Protocol
 
-from ingest.store.errors import StoreError
+from ingest.store.errors import StoreError, disk_full, is_disk_full
 from ingest.store.uri import local_path
 
 _SCHEMA = """
@@ -126,6 +126,18 @@ def unreadable(path: Path, exc: sqlite3.Error) -> str:
     return f"cannot read the manifest {path}: {exc}; {hint}"
 
 
+def _full(path: Path, exc: sqlite3.Error) -> bool:
+    """Whether SQLite failed for a full disk: said so, or a "disk I/O error" (what it says when it cannot make or
+    grow the WAL or its shared-memory file) where `path`'s disk has under 1 MiB left. Never "damaged" for that."""
+    if is_disk_full(exc):
+        return True
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return "disk I/O error" in str(exc) and st.f_bavail * st.f_frsize < 1 << 20
+
+
 def manifest_path(uri: str, collection: str) -> Path:
     """The SQLite manifest of an embedded store (a Milvus Lite file, a Qdrant local folder): next to it."""
     return Path(f"{local_path(uri)}.{collection}.manifest.sqlite")
@@ -147,7 +159,7 @@ class SqliteManifest:
                 self._db.close()
                 raise
         except sqlite3.Error as exc:
-            raise StoreError(unreadable(path, exc)) from None
+            raise (disk_full(path) if _full(path, exc) else StoreError(unreadable(path, exc))) from None
 
     def close(self) -> None:
         self._db.close()
@@ -160,7 +172,8 @@ class SqliteManifest:
         return row[0] if row else None
 
     def set_meta(self, key: str, value: str) -> None:
-        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+        with self._transaction():            # a full disk: DiskFull, not SQLite's error
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     def all(self) -> dict[str, Entry]:
         rows = self._db.execute(
@@ -197,10 +210,21 @@ class SqliteManifest:
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")
+        """One transaction; a full disk is DiskFull (one line), the manifest as it was before it (SQLite rolls
+        back a transaction it could not write, and a WAL frame is never half-applied)."""
         try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if _full(self.path, exc):
+                with suppress(sqlite3.Error):
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                raise disk_full(self.path) from None
             raise
-        self._db.execute("COMMIT")

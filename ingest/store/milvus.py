@@ -1,11 +1,10 @@
 """The vector store: one Milvus collection, reached through a lazily created MilvusClient.
 
-A local path (./ingest.db) is Milvus Lite, which allows one process per file: `lock()` takes
-an exclusive flock on `<db>.lock` so a second `ingest run` fails at once instead of
-corrupting the store, and `serve()` then moves the Lite server into a host process of its own
-(`ingest.store.lite_host`) that the run's client and its writer processes reach on a Unix socket only
-this user can open; without `serve()` (`ingest search`) Lite runs inside this process, on such a
-socket too (never pymilvus' own Lite server, which listens on 127.0.0.1 TCP). A server URI
+A local path (./ingest.db) is Milvus Lite, which allows one process per file: `lock()` takes an exclusive flock on
+`<db>.lock` so a second `ingest run` fails at once instead of corrupting the store, and `serve()` then moves the
+Lite server into a host process of its own (`ingest.store.lite_host`) that the run's client and its writer
+processes reach on a Unix socket only this user can open; without `serve()` (`ingest search`) Lite runs inside
+this process, on such a socket too (never pymilvus' own Lite server, which listens on 127.0.0.1 TCP). A server URI
 (http://host:19530) reaches Milvus standalone or a cluster unchanged. The client is created in the process that
 uses it (checked by pid) and never carried across a fork; another process gets the store as an
 `Endpoint` (`endpoint()`, `Store.at`).
@@ -23,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, Endpoint, StoreBase, StoreError,
                                StoreRejected, flock, hit, one_line)
-from ingest.store.errors import Disconnected
+from ingest.store.errors import Disconnected, refused
 from ingest.store.lite_host import LiteHost, LiteServer
 from ingest.store.milvus_calls import MilvusCalls, is_local
 from ingest.store.schema import Columns, collection_schema, upsert_request
@@ -295,7 +294,7 @@ class Store(MilvusCalls, StoreBase):
             return client._get_connection()._stub.Upsert(request, timeout=self.timeout_s, metadata=metadata)
         status = self._retry(lambda: self._guard(what, send)).status
         if status.code or status.error_code:
-            raise StoreRejected(f"the store refused to {what}: {' '.join(status.reason.split())[:300]}")
+            raise refused(what, " ".join(status.reason.split())[:300], self.local_path)
 
     def delete_stale(self, keep: Mapping[str, str]) -> None:
         """Remove every row of each source of `keep` but those of the version it maps to ("": all): old versions,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from ingest.store.errors import Disconnected, StoreError, StoreRejected, one_line, retry
+from ingest.store.errors import Disconnected, StoreError, StoreRejected, one_line, refused, retry
 
 _RELEASED = re.compile(r"in state 'released'|not loaded", re.I)
 
@@ -57,8 +57,8 @@ class MilvusCalls:
         except Disconnected:
             raise                             # no client: the server is unreachable (Store._connect)
         except Exception as exc:
-            if self._answers():
-                raise StoreRejected(f"the store refused to {what}: {one_line(exc)}") from None
+            if self._answers():             # refused; a Lite host's full disk stops the run (DiskFull)
+                raise refused(what, one_line(exc), self.local_path) from None
             host = self._host
             why = f"its Milvus Lite host process is gone ({host.describe_exit()})" if host and not host.alive() \
                 else one_line(exc)

@@ -9,6 +9,7 @@ from typing import Any, Callable
 from ingest.store.errors import Disconnected, StoreError, StoreRejected, one_line, refused, retry
 
 _RELEASED = re.compile(r"in state 'released'|not loaded", re.I)
+_TIMED_OUT = re.compile(r"deadline.?exceeded|timed? ?out", re.I)   # the call's own timeout ran out: not a refusal
 
 
 def is_local(uri: str) -> bool:
@@ -19,7 +20,8 @@ def is_local(uri: str) -> bool:
 class MilvusCalls:
     """NOTE (timeouts): every call on the client goes through `call` (or, for the column upsert's
     gRPC call, the same `_guard`), with timeout=timeout_s. A call that fails is classified by a
-    short ping: if the server still answers, the call was refused (StoreRejected, charged to the
+    short ping: if the server still answers, and the call did not run out of its own timeout (a stalled server
+    may answer again by the time of the ping), the call was refused (StoreRejected, charged to the
     rows' files by the writer); if not, the store is unreachable or stalled (StoreError: the run
     stops with one line, exit 2, and a rerun resumes from the manifest); a server's
     Disconnected is retried first (ingest.store.errors NOTE: reconnect protocol). An upsert answered with
@@ -57,7 +59,7 @@ class MilvusCalls:
         except Disconnected:
             raise                             # no client: the server is unreachable (Store._connect)
         except Exception as exc:
-            if self._answers():             # refused; a Lite host's full disk stops the run (DiskFull)
+            if not _TIMED_OUT.search(str(exc)) and self._answers():   # refused; a Lite full disk: DiskFull
                 raise refused(what, one_line(exc), self.local_path) from None
             host = self._host
             why = f"its Milvus Lite host process is gone ({host.describe_exit()})" if host and not host.alive() \

@@ -219,16 +219,17 @@ def drive(a) -> int:
     return 0
 
 
-PROBE = ("torch", "sentence_transformers", "transformers", "tokenizers", "numpy", "psutil", "pymilvus", "milvus_lite",
+PROBE = ("torch", "sentence_transformers", "transformers", "tokenizers", "numpy", "psutil", "pymilvus",
          "pebble", "langchain_text_splitters", "langchain_core", "charset_normalizer", "tqdm", "ingest.cli")
+STORE_MODULES = {"milvus-lite": "milvus_lite", "lancedb": "lancedb"}     # what a store of --stores imports
 
 
-def probe() -> int:
-    """Import what the measurements need; one line each; exit 1 if any is missing."""
+def probe(stores: str) -> int:
+    """Import what the measurements, and the stores of `stores`, need; one line each; exit 1 if any is missing."""
     import importlib
 
     missing = 0
-    for name in PROBE:
+    for name in PROBE + tuple(STORE_MODULES[s] for s, _ in stores_of(stores, 0) if s in STORE_MODULES):
         try:
             mod = importlib.import_module(name)
             print(f"ok       {name} {getattr(mod, '__version__', '')}")
@@ -268,7 +269,7 @@ def main() -> int:
     ap.add_argument("--result", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.probe:
-        return probe()
+        return probe(a.stores or "milvus-lite,null")
     cuda = a.device.startswith("cuda")
     if a.model_path is None:
         from ingest.model_ref import resolve_model

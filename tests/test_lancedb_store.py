@@ -21,6 +21,7 @@ from test_last_good_copy import _without_permission_override
 from test_store_contract import DIM, columns
 from test_stores_e2e import rows_of, run
 from ingest.store import StoreError, open_store
+from ingest.store.manifest import Entry, SqliteManifest, manifest_path
 
 CONFIG = '[store]\nwriters = 2\nbatch_size = 16\n[chunking]\nchunk_tokens = 24\noverlap_tokens = 4\n'
 
@@ -168,3 +169,39 @@ def test_the_install_hint_and_a_scheme_no_store_knows(tmp_path: Path) -> None:
     res = run("weird://host/x", tmp_path / "docs", tmp_path, "--backend", "null")
     _one_line(res)
     assert "postgresql://" in res.stderr
+
+
+class _KilledBeforeRecord(SqliteManifest):
+    """The manifest of a run killed between its store commit and its record: the record never happens."""
+
+    def record(self, entries) -> None:
+        raise KeyboardInterrupt("killed")
+
+
+def test_new_files_are_appended_and_a_commit_killed_before_its_record_leaves_no_duplicates(tmp_path: Path) -> None:
+    uri = f"lancedb://{tmp_path / 'lance'}"
+    path = manifest_path(uri, "documents")
+
+    def commit(manifest: SqliteManifest, sources: list[str], file_hash: str = "h1") -> None:
+        store = open_store(uri, "documents")
+        store.lock()
+        try:
+            store.ensure_collection("model-a", DIM, "null")
+            for s in sources:
+                store.upsert_columns(columns(s, file_hash, [f"{s} row {i}" for i in range(5)]))
+            store.commit(manifest, {}, [Entry(s, 1, 1, file_hash, "ingested", 5, "txt", "{}") for s in sources], [])
+        finally:
+            store.close()
+
+    manifest = SqliteManifest(path)
+    commit(manifest, ["a.txt", "b.txt"])                    # a first load: appended
+    with pytest.raises(KeyboardInterrupt):                  # then a run killed between its commit and its record
+        commit(_KilledBeforeRecord(path), ["c.txt"])
+    assert sorted(s for s, _ in rows_of(uri)) == ["a.txt"] * 5 + ["b.txt"] * 5 + ["c.txt"] * 5
+    commit(manifest, ["c.txt", "d.txt"])                    # the rerun: the table is out of step, so it merges
+    rows = rows_of(uri)
+    assert sorted(s for s, _ in rows) == sorted(["a.txt", "b.txt", "c.txt", "d.txt"] * 5)
+    assert manifest.chunks_recorded() == 20
+    commit(manifest, ["e.txt"])                             # in step again: appended, still one copy
+    assert len(rows_of(uri)) == 25
+    manifest.close()

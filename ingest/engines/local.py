@@ -144,11 +144,7 @@ class LocalRun(Run):
                 self._dispatch(ref, problem)
             if in_flight.empty and not self._open and (exhausted or self.stopping.is_set()):
                 break
-            try:
-                event = self.events.get(timeout=0.5)
-            except queue.Empty:
-                if not encode_thread.is_alive():
-                    raise RuntimeError("the encode thread stopped unexpectedly")
+            if (event := self._next_event(encode_thread)) is None:
                 try:
                     self.col.check_lease()          # another run took the collection over?
                     self.writer.flush_if_due()
@@ -171,6 +167,19 @@ class LocalRun(Run):
             else:
                 self._part_done(event)
         encode_thread.join(timeout=30 if self._fatal is None else 1)
+
+    def _next_event(self, encode_thread: threading.Thread) -> Any:
+        """The next event, or None after 0.5 s without one. RuntimeError if the encode thread ended with nothing
+        left to say (an error it hit is its last event, which may arrive after the get timed out)."""
+        try:
+            return self.events.get(timeout=0.5)
+        except queue.Empty:
+            if encode_thread.is_alive():
+                return None
+        try:
+            return self.events.get_nowait()
+        except queue.Empty:
+            raise RuntimeError("the encode thread stopped unexpectedly") from None
 
     # -- per-file steps ---------------------------------------------------------------
     def _dispatch(self, ref: FileRef, problem: Outcome | None) -> None:

@@ -16,7 +16,7 @@ import sqlite3
 import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Iterable, Iterator, NamedTuple, Protocol
+from typing import Iterable, Iterator, NamedTuple, Protocol, Sequence
 
 from ingest.store.errors import StoreError, disk_full, is_disk_full
 from ingest.store.uri import local_path
@@ -181,6 +181,19 @@ class SqliteManifest:
         one: dict[str, str] = {}                # one str per distinct status, format or settings, not one per file
         return {r[0]: Entry(r[0], r[1], r[2], r[3], one.setdefault(r[4], r[4]), r[5], one.setdefault(r[6], r[6]),
                             one.setdefault(r[7], r[7])) for r in rows}
+
+    def recorded_of(self, sources: Sequence[str]) -> set[str]:
+        """Those of `sources` that have an entry, of any status."""
+        found: set[str] = set()
+        for i in range(0, len(sources), 500):
+            part = sources[i:i + 500]
+            found.update(r[0] for r in self._db.execute(
+                f"SELECT source FROM files WHERE source IN ({','.join('?' * len(part))})", part))
+        return found
+
+    def chunks_recorded(self) -> int:
+        """The chunks of every ingested file: the rows its store holds once every commit was recorded."""
+        return int(self._db.execute("SELECT COALESCE(SUM(chunks), 0) FROM files WHERE status='ingested'").fetchone()[0])
 
     def record(self, entries: Iterable[Entry]) -> None:
         """Write entries in one transaction (call only after their rows are flushed to the store)."""

@@ -26,7 +26,7 @@ from proctree import sampled_run
 STORES: dict[str, Callable[[Path], str]] = {
     "milvus-lite": lambda work: str(work / "store.db"),      # the default store: ~1,600 rows/s on the H200's host
     "null": lambda work: "null://",                           # takes and discards rows: the pipeline's own pace
-    "lancedb": lambda work: f"lancedb://{work}/lance",        # needs lancedb, whose wheel (75 MB) cannot travel
+    "lancedb": lambda work: f"lancedb://{work}/lance",        # needs LANCE=1 scripts/gpu_stage.sh (its wheel: 75 MB)
 }
 PARAGRAPHS = 16                                               # chunks per file
 

@@ -96,3 +96,24 @@ def test_the_report_says_when_the_first_row_was_stored(work: Path) -> None:
     assert 0 < totals["first_row_s"] <= totals["seconds"]
     rerun = run(work / "docs", work, "--backend", "null")       # unchanged: no row stored
     assert rerun.rc == 0 and rerun.report["totals"]["first_row_s"] is None, rerun.stderr
+
+
+def test_the_encode_threads_last_event_is_read_before_the_thread_is_called_stopped() -> None:
+    """The encode thread puts its error as its last act: a dispatcher whose get timed out just before must still
+    read it (the run's one-line error), and call the thread stopped only when nothing of it is left."""
+    import queue
+    from types import SimpleNamespace
+
+    from ingest.engines.local import LocalRun
+
+    run = SimpleNamespace(events=queue.Queue())
+    ended = threading.Thread(target=lambda: run.events.put("its error"))
+    ended.start()
+    ended.join()
+    assert LocalRun._next_event(run, ended) == "its error"
+    with pytest.raises(RuntimeError, match="the encode thread stopped unexpectedly"):
+        LocalRun._next_event(run, ended)
+    alive = threading.Thread(target=time.sleep, args=(2,))
+    alive.start()
+    assert LocalRun._next_event(run, alive) is None
+    alive.join()

@@ -20,10 +20,9 @@ the files after that commit; a crash in between leaves the old entry, and the re
 merge updates the same ids). What a killed run left staged is never published by another file's commit (a
 commit reads only its files' versions, one row per id) and is dropped by the next `finish` that wrote.
 `flush` (not used by the run: `Capabilities.staged`) publishes every staged row.
-A merge reads the whole table's ids (its cost grows with the table), so the files that replace nothing are
-appended instead, in a Lance commit of their own: new to the manifest, in a table that held exactly the rows
-the manifest records when this store object first committed (a commit killed before its record leaves rows
-the manifest lacks: the next run merges everything, and so puts each of those files' rows in place again).
+A merge reads every id of the table, so files new to the manifest are appended in a Lance commit of their own
+while the table holds exactly the rows the manifest records (checked at this object's first commit): a commit
+killed before its record leaves rows the manifest lacks, and the next run merges everything (idempotent).
 
 NOTE (ownership): a run flocks `<folder>.lock` (one run at a time, the second refused in one line); searches
 need no lock (`Capabilities.shared_reads`): a reader sees the last committed version. Every connection reads
@@ -49,14 +48,11 @@ from ingest.store.uri import local_path
 
 META = b"ingest"                  # the schema metadata key that marks ingest's tables
 STAGED = "__staged"               # the suffix of the staging table's name
-INDEX_ROWS = 50_000               # rows past which `finish` builds a vector index (exact scans below: ~70 ms)
-# IVF-Flat, not IVF-HNSW-SQ: on 150,000 clustered 384-dim rows (2 cores) it builds in 2.4 s against 83 s, with
-# recall@10 0.98 against 0.83, for 13 ms a query against 5 (docs/benchmarks.md, issue 39).
+INDEX_ROWS = 50_000               # rows past which `finish` builds IVF-Flat (bench/lance_index.py); exact below
 STRINGS = ("id", "text", "source", "format", "file_hash", "title", "headings", "element", "bbox", "search_text")
 HIT_FIELDS = ["text", "source", "page", "chunk", "format", "title", "headings", "element", "bbox"]
 KEEP_VERSIONS = timedelta(hours=1)    # `finish` removes older versions' files (a search may still read one)
-CAPS = Capabilities("LanceDB", embedded=True, writers=None, modes=MODES, transactional=False, staged=True,
-                    shared_reads=True)
+CAPS = Capabilities("LanceDB", embedded=True, writers=None, modes=MODES, transactional=False, staged=True, shared_reads=True)
 
 
 def quote(value: str) -> str:
@@ -308,10 +304,9 @@ class LanceStore(StoreBase):
             return
         manifest.fence()
         publish = [e for e in entries if e.chunks]
-        new = self._appendable(manifest, publish, keep)
-        if new:
+        if new := self._appendable(manifest, publish, keep):
             self._append({e.source: e.file_hash for e in publish if e.source in new})
-        publish = [e for e in publish if e.source not in new]
+            publish = [e for e in publish if e.source not in new]
         where = " OR ".join(f"(source = {quote(e.source)} AND file_hash = {quote(e.file_hash)})" for e in publish)
         doomed = " OR ".join(f"(source = {quote(s)}" + (f" AND file_hash != {quote(h)})" if h else ")")
                              for s, h in keep.items())

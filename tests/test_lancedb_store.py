@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -205,3 +206,21 @@ def test_new_files_are_appended_and_a_commit_killed_before_its_record_leaves_no_
     commit(manifest, ["e.txt"])                             # in step again: appended, still one copy
     assert len(rows_of(uri)) == 25
     manifest.close()
+
+
+def test_a_record_that_fails_leaves_the_same_store_merging(tmp_path: Path) -> None:
+    """A commit whose record raises (a full disk) in a process that goes on (watch): its next commits merge."""
+    uri = f"lancedb://{tmp_path / 'lance'}"
+    path = manifest_path(uri, "documents")
+    store = open_store(uri, "documents")
+    store.lock()
+    try:
+        store.ensure_collection("model-a", DIM, "null")
+        entry = Entry("a.txt", 1, 1, "h1", "ingested", 5, "txt", "{}")
+        for manifest in (_KilledBeforeRecord(path), SqliteManifest(path)):
+            store.upsert_columns(columns("a.txt", "h1", [f"row {i}" for i in range(5)]))
+            with pytest.raises(KeyboardInterrupt) if isinstance(manifest, _KilledBeforeRecord) else nullcontext():
+                store.commit(manifest, {}, [entry], [])
+        assert rows_of(uri) == [("a.txt", "h1")] * 5
+    finally:
+        store.close()

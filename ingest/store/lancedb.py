@@ -290,14 +290,13 @@ class LanceStore(StoreBase):
         import pyarrow.compute as pc
 
         query = self.table(self.staged).search().limit(None).where(sources_in(sorted(want)))
-        rows = self.call("read the staged rows", query.to_arrow)
+        self._in_step, rows = False, self.call("read the staged rows", query.to_arrow)   # in step again once recorded
         wanted = pa.array([want[s] for s in rows.column("source").to_pylist()], pa.string())
         rows = dedupe(rows.filter(pc.equal(rows.column("file_hash"), wanted)))
         if rows.num_rows:
             self.call("store rows", self.table().add, rows)
 
-    def commit(self, manifest: Manifest, keep: Mapping[str, str], entries: Sequence[Entry],
-               removed: Sequence[str]) -> None:
+    def commit(self, manifest: Manifest, keep: Mapping[str, str], entries: Sequence[Entry], removed: Sequence[str]) -> None:
         """Fence, then in one Lance commit publish the staged rows of the versions `entries` record and delete the
         versions `keep` replaces (NOTE: last good copy); clear those sources' staged rows; record the entries."""
         if not (keep or entries or removed):
@@ -317,6 +316,7 @@ class LanceStore(StoreBase):
             self.call("clear the staged rows", self.table(self.staged).delete, sources_in(done))
         if entries:
             manifest.record(entries)
+            self._in_step = self._in_step or bool(new)
         if removed:
             manifest.remove(removed)
 

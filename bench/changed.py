@@ -67,7 +67,7 @@ def show(r: dict) -> None:
 def reads(store: str, n: int, batch: int, work: Path, one_by_one_max: int) -> None:
     """Seconds to read the previous rows of n changed sources: one call a source, and `batch` a call."""
     from ingest.files import Row
-    from ingest.store import open_store
+    from ingest.store.factory import open_store
     from ingest.store.writers import Ack, Batch, Segment, upsert
 
     with STORES[store](work / f"reads-{store}") as (uri, _):

@@ -72,7 +72,8 @@ SCAN_WORDS = ("COPPER LANTERN", "RIVER FALCON", "MARBLE BEACON", "QUARTZ TUNNEL"
 
 _DUMP = """
 import json, sqlite3, sys
-from ingest.store import is_local, local_path, open_store
+from ingest.store import is_local, local_path
+from ingest.store.factory import open_store
 from ingest.store.manifest import manifest_path
 uri, collection, fields = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
 store = open_store(uri, collection)
@@ -317,7 +318,7 @@ class Bench:
                 "manifest": {name: c["manifest"] for name, c in cached if c["manifest"] is not None}}, wall
 
     def drop(self, collection: str) -> None:
-        code = ("import sys; from ingest.store import open_store\n"
+        code = ("import sys; from ingest.store.factory import open_store\n"
                 "for n in (sys.argv[2], sys.argv[2] + '__files'):\n"
                 "    s = open_store(sys.argv[1], n)\n    s.exists() and s.drop()")
         subprocess.run([sys.executable, "-c", code, self.uri, collection], capture_output=True, timeout=120)

@@ -48,7 +48,8 @@ from typing import Any, Iterator
 import numpy as np
 import psutil
 
-from ingest.store import open_store, redact
+from ingest.store import redact
+from ingest.store.factory import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))

@@ -184,10 +184,21 @@ def _configured_uri(args: argparse.Namespace) -> str | None:
     return uri if isinstance(uri, str) else None
 
 
+def _store_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The config of a command that reads or keeps a store: a store whose client package is not installed is
+    one line naming what to install (a StoreError), before anything is opened or created. `ingest run` learns it
+    from its start (the report of a run that could not start)."""
+    from ingest.store.factory import check_client
+
+    cfg = _config(args)
+    check_client(cfg["store"]["uri"])
+    return cfg
+
+
 def _search(args: argparse.Namespace) -> int:
     from ingest.search import DEFAULT_MODE, Searcher
 
-    cfg = _config(args)
+    cfg = _store_config(args)
     if args.k < 1:
         raise _UserError(f"-k must be at least 1, got {args.k}")
     with Searcher(cfg["store"]["uri"], cfg["store"]["collection"], args.model) as searcher:
@@ -212,7 +223,7 @@ def _search(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from ingest.status import status
 
-    return status(_config(args), as_json=args.json)
+    return status(_store_config(args), as_json=args.json)
 
 
 def _watch(args: argparse.Namespace) -> int:
@@ -220,14 +231,14 @@ def _watch(args: argparse.Namespace) -> int:
 
     if not args.folder.is_dir():
         raise _UserError(f"folder {args.folder} not found; pass an existing folder to watch")
-    return watch(_config(args), args.folder, quiet=args.quiet, report_path=args.report, debounce_s=args.debounce)
+    return watch(_store_config(args), args.folder, quiet=args.quiet, report_path=args.report, debounce_s=args.debounce)
 
 
 def _eval(args: argparse.Namespace) -> int:
     from ingest.evaluate import compare, compare_report, evaluate, report
     from ingest.search import DEFAULT_MODE
 
-    cfg = _config(args)
+    cfg = _store_config(args)
     if args.k < 1:
         raise _UserError(f"-k must be at least 1, got {args.k}")
     result, note = evaluate(cfg["store"]["uri"], cfg["store"]["collection"], args.questions, args.mode or DEFAULT_MODE,

@@ -19,10 +19,11 @@ from ingest.backends import BackendError, model_file
 from ingest.doc_card import Card
 from ingest.doc_rank import CANDIDATES, rerank
 from ingest.model_ref import ModelRef, resolve_model
-from ingest.store import MODES, StoreError, local_path, open_store
+from ingest.store import MODES, StoreError, local_path
 from ingest.store.base import SCHEMA_VERSION, Endpoint
 from ingest.store.lite_host import serving
-from ingest.store.uri import kind, store_at
+from ingest.store.factory import open_store, store_at
+from ingest.store.uri import kind
 from ingest.store.lite_folder import foreign_folder
 from ingest.store.manifest import CARD_META, manifest_path, read_cards
 
@@ -123,9 +124,9 @@ class Searcher:
             why = "was made by an older ingest (rerun `ingest run` with --reembed to add BM25)" if self.schema < 2 \
                 else "is on a Milvus without BM25 full-text search"
             mode, note = "dense", f"note: collection {self.store.collection!r} {why}: {asked} search answered by dense search"
-        if mode != "bm25" and self.backend == "null":
+        if mode != "bm25" and self.backend in ("null", "stub"):
             raise StoreError(f"collection {self.store.collection!r} in {self.store.uri} holds constant vectors of the "
-                             "null backend (a measurement): nothing to search densely; use --mode bm25 where the "
+                             f"{self.backend} backend (a measurement): nothing to search densely; use --mode bm25 where the "
                              "collection has BM25, or rerun with --reembed and a real backend")
         return mode, note
 

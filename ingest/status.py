@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ingest.files import Finished
-from ingest.store import StoreError, is_local, kind, local_path, open_store, redact
+from ingest.store import StoreError, is_local, kind, local_path, redact
+from ingest.store.factory import open_store
 from ingest.store.null import keeps_nothing
 from ingest.store.collection import STORE_META, Collection
 from ingest.store.lite_folder import foreign_folder

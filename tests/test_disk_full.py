@@ -58,7 +58,7 @@ def ingest_run(uri: str, docs: Path, report: Path) -> tuple[subprocess.Completed
 
 def stored(uri: str) -> dict[str, dict[str, int]]:
     """source -> {file_hash: rows}, read by a process of its own (the stores lock their files)."""
-    code = ("import json, sys; from ingest.store import open_store\n"
+    code = ("import json, sys; from ingest.store.factory import open_store\n"
             "s = open_store(sys.argv[1], 'documents')\n"
             "print(json.dumps(s.rows(['id', 'source', 'file_hash']) if s.exists() else []))")
     proc = subprocess.run([sys.executable, "-c", code, uri], capture_output=True, text=True, env=cli_env(), timeout=120)

@@ -21,7 +21,8 @@ from conftest import cli_env, ingest
 from test_last_good_copy import _without_permission_override
 from test_store_contract import DIM, columns
 from test_stores_e2e import rows_of, run
-from ingest.store import StoreError, open_store
+from ingest.store import StoreError
+from ingest.store.factory import open_store
 from ingest.store.manifest import Entry, SqliteManifest, manifest_path
 
 CONFIG = '[store]\nwriters = 2\nbatch_size = 16\n[chunking]\nchunk_tokens = 24\noverlap_tokens = 4\n'
@@ -75,7 +76,7 @@ def test_a_second_run_is_refused_while_searches_read_the_store(tmp_path: Path) -
     docs, uri = tmp_path / "docs", f"lancedb://{tmp_path / 'lance'}"
     _write(docs, "first", 10)
     assert run(uri, docs, tmp_path, "--backend", "null").rc == 0
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from ingest.store import open_store\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from ingest.store.factory import open_store\n"
                                "s = open_store(sys.argv[1], 'documents'); s.lock(); print('held', flush=True); "
                                "time.sleep(600)", uri], stdout=subprocess.PIPE, text=True, env=cli_env())
     try:
@@ -159,7 +160,7 @@ def test_the_vector_index_is_built_past_index_rows(tmp_path: Path, monkeypatch) 
 
 
 def test_the_install_hint_and_a_scheme_no_store_knows(tmp_path: Path) -> None:
-    code = ("import sys; sys.modules['lancedb'] = None\nfrom ingest.store import open_store\n"
+    code = ("import sys; sys.modules['lancedb'] = None\nfrom ingest.store.factory import open_store\n"
             "open_store(sys.argv[1], 'documents')")
     proc = subprocess.run([sys.executable, "-c", code, f"lancedb://{tmp_path}"], capture_output=True, text=True,
                           env=cli_env(), timeout=120)

@@ -43,7 +43,7 @@ def by_source(rows: list[dict]) -> dict[str, dict[str, str]]:
 
 def _rows(uri: str, _work: Path) -> list[dict]:
     """Every row's id, source and file_hash of the store at `uri`, read by a process of its own."""
-    code = ("import json, sys; from ingest.store import open_store\n"
+    code = ("import json, sys; from ingest.store.factory import open_store\n"
             "s = open_store(sys.argv[1], 'documents')\n"
             "print(json.dumps(s.rows(['id', 'source', 'file_hash']) if s.exists() else []))")
     proc = subprocess.run([sys.executable, "-c", code, uri], capture_output=True, text=True, env=cli_env(), timeout=120)

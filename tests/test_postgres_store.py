@@ -13,7 +13,7 @@ from ingest.store.base import LeaseLost, StoreError, StoreRejected
 from ingest.store.manifest import Entry
 from ingest.store.postgres import PostgresStore
 from ingest.store.schema import Columns
-from ingest.store.uri import open_store, store_at
+from ingest.store.factory import open_store, store_at
 
 DIM = 8
 

@@ -38,7 +38,7 @@ def counts(res, path: str) -> tuple[int, int, int]:
 
 _VECTORS = """
 import json, sys
-from ingest.store import open_store
+from ingest.store.factory import open_store
 store = open_store(sys.argv[1], sys.argv[2]); store.lock()
 print(json.dumps([[r["id"], r["source"], r["file_hash"], r["text"], r["vector"]]
                   for r in store.rows(["id", "source", "file_hash", "text", "vector"])]))

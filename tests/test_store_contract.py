@@ -19,7 +19,8 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-from ingest.store import LeaseLost, StoreBase, StoreError, StoreRejected, open_store
+from ingest.store import LeaseLost, StoreBase, StoreError, StoreRejected
+from ingest.store.factory import open_store
 from ingest.store.manifest import Entry, SqliteManifest, manifest_path
 from ingest.store.schema import Columns
 
@@ -165,7 +166,7 @@ def test_takeover_after_expiry_then_the_fence(uri, name, request):
         store.close()
 
 
-HOLD = ("import sys, time; from ingest.store import open_store\n"
+HOLD = ("import sys, time; from ingest.store.factory import open_store\n"
         "s = open_store(sys.argv[1], sys.argv[2]); s.lock(); print('held', flush=True); time.sleep(600)")
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TESTS, cli_env, ingest, needs_soffice, ray_config
-from ingest.store import open_store
+from ingest.store.factory import open_store
 from ingest.store.manifest import manifest_path
 
 SAMPLES = TESTS.parent / "samples"
@@ -29,7 +29,7 @@ FILES = 2500
 
 def rows_of(uri: str, collection: str = "documents") -> list[tuple[str, str]]:
     """(source, file_hash) of every row, read in a process of its own (a Qdrant local folder is one process's)."""
-    code = ("import json, sys; from ingest.store import open_store\n"
+    code = ("import json, sys; from ingest.store.factory import open_store\n"
             "s = open_store(sys.argv[1], sys.argv[2]); s.caps.shared_reads or s.lock()\n"
             "print(json.dumps([(r['source'], r['file_hash']) for r in s.rows(['source', 'file_hash'])] "
             "if s.exists() else [])); s.close()")

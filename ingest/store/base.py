@@ -1,6 +1,7 @@
 """The store interface: what the run, `ingest search`, `ingest status` and the writer processes ask of a
 vector store, whichever it is. A store is one module behind this interface (`ingest.store.milvus`,
-`ingest.store.postgres`, `ingest.store.qdrant`), chosen by its URI (`ingest.store.uri`, `open_store`).
+`ingest.store.postgres`, `ingest.store.qdrant`, `ingest.store.lancedb`, `ingest.store.null`), chosen by its URI
+scheme (`ingest.store.factory`: `open_store`, `store_at`; `ingest.store.uri`: the helpers every store uses).
 
 What differs between stores lives in `Capabilities`, and nowhere else. The steps never ask which
 store they have: they ask its capabilities.

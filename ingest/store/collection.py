@@ -20,7 +20,8 @@ from ingest.store.lite_folder import foreign_folder
 from ingest.store.manifest import Entry, Manifest, SqliteManifest, manifest_path
 from ingest.model_ref import ModelRef, resolve_model
 from ingest.store.base import SCHEMA_VERSION, Lease, StoreBase, StoreError
-from ingest.store.uri import kind, open_store
+from ingest.store.factory import open_store
+from ingest.store.uri import kind
 
 STORE_META = "store"       # manifest meta of a Lite store: its Trusted, as JSON, after a clean close
 LITE_ROWS = 100_000        # rows past which a Lite store warns (docs/scale.md)

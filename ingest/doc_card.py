@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from itertools import accumulate
 from pathlib import PurePosixPath
 from typing import Any, Iterable, Sequence
 
@@ -60,8 +62,11 @@ _SUFFIX = (r"Inc\.?|Corporation|Corp\.?|Company|Co\.|Companies|Ltd\.?|Limited|LL
            r"Institut|Laboratory|Laboratories|Foundation|Agency|Ministry|Association")
 _CAP = r"(?:[A-Z&][\w&'’.\-]*|of|and|de|du|des|der|für|the|y|&)"
 _ORG_RE = re.compile(rf"\b((?:The\s+)?[A-Z][\w&'’.\-]*(?:[ \t]+{_CAP}){{0,6}}?,?[ \t]+(?i:{_SUFFIX}))(?![\w])(?![ \t]+(?:of|for|de|für)\b)")
-_SPACES = str.maketrans({c: " " for c in "\xa0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u3000"})
-_HAS_SUFFIX = re.compile(rf"(?i:\b(?:{_SUFFIX}))(?!\w)")
+_SPACES = re.compile("[\xa0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u3000]")
+_SUFFIX_FULL, _SUFFIX_FULL_I = re.compile(_SUFFIX), re.compile(_SUFFIX, re.I)
+# the lines where _ORG_RE or _ORG_INST may match: a space before a legal word (in _fold's text), or an institution
+_ORG_NEAR = re.compile(rf"[ \t](?:{_SUFFIX.lower()})(?!\w)")
+_INST_NEAR = re.compile(r"Universit|Institut")
 _OPENS = re.compile(r"\((?:[^)]{0,60}?, )?(?:collectively,? )?(?:the\s+)?[“\"']")
 _ORG_INST = re.compile(r"\b((?:University|Universität|Université|Universidad|Institute|Institut)[ \t]+(?:of|for|de|für)"
                        r"[ \t]+[A-Z][\w\-]*(?:[ \t]+(?:[A-Z][\w\-]*|of|and))*)")
@@ -71,8 +76,8 @@ _DEFINED = re.compile(r"([A-Z][\w&'’.,\- ]{2,80}?)\s*\((?:together with [^)]{0
 _MEAN = re.compile(r"(?:terms?|references to)\s+((?:[“\"][^”\"]{1,40}[”\"],?\s*(?:or|and)?\s*)++)"
                    r"(?:as used herein\s+)?(?:mean|refer to)s?\s+((?:The\s+)?[A-Z][\w&'’.\-]*(?:\s+" + _CAP + r"){0,6})")
 _TICKER = re.compile(r"\((?:NYSE|Nasdaq|NASDAQ|NYSE American|LSE|TSX|ASX|Euronext|XETRA|SIX)\s*:\s*([A-Z][A-Z.]{0,5})\)")
-_SYMBOL = re.compile(r"(?<![\w.])([A-Z]{2,5})\s+(?:The\s+)?(?:New York Stock Exchange|NYSE|Nasdaq|NASDAQ|"
-                     r"Chicago Stock Exchange|Cboe)")
+_EXCHANGES = ("New York Stock Exchange", "NYSE", "Nasdaq", "NASDAQ", "Chicago Stock Exchange", "Cboe")
+_SYMBOL = re.compile(r"(?<![\w.])([A-Z]{2,5})\s+(?:The\s+)?(?:" + "|".join(_EXCHANGES) + ")")
 _NOT_ORG = re.compile(r"^(?:the |our |its |this )?(?:company|registrant|securities and exchange commission|united states|"
                       r"form|table of contents|annual report|quarterly report)\b", re.I)
 _GENERIC_SHORT = {"company", "we", "us", "our", "registrant", "corporation", "group", "agreement", "act", "notes",
@@ -139,7 +144,8 @@ def make_card(texts: Sequence[str], title: str = "", meta: dict[str, str] | None
     """The card of a document from its first pages' texts, its title, its metadata (subject, author,
     keywords, created) and the lines repeating on its pages (`running`)."""
     meta = meta or {}
-    head = "\n".join(t[:PAGE_CHARS] for t in texts).translate(_SPACES)
+    head = "\n".join(t[:PAGE_CHARS] for t in texts)
+    head = head if head.isascii() else _SPACES.sub(" ", head)
     run = "\n".join(dict.fromkeys(running))
     flat = " ".join(head.split())
     orgs, short = _orgs(head, flat, run, meta.get("author", ""))
@@ -148,30 +154,58 @@ def make_card(texts: Sequence[str], title: str = "", meta: dict[str, str] | None
     return Card(" ".join(title.split())[:200], tuple(orgs[:MAX_ORGS]), tuple(short[:MAX_SHORT]), kind, year, quarter, date)
 
 
+_ABBREV_END = re.compile(r"(?i)\b(?:inc|co|corp|ltd|bros|s\.a|n\.v|b\.v|s\.p\.a|l\.l\.c|p\.l\.c|k\.k)\.$")
+_TAIL_WORD = re.compile(r"(?i)\s+(?:and|or|of|&)$")
+_LEAD_WORD = re.compile(r"^(?:and|or|by|of|from|between|with|for|to|at|in)\s+", re.I)
+_LETTERS, _LETTERS_DIGITS = re.compile(r"[^\W\d_]+"), re.compile(r"[^\W_]+")
+_OF_AND = re.compile(r"\b(Of|And)\b")
+_NOT_NAME = re.compile(r"(?i)(a division of|filed|pursuant|incorporated by)")
+_OF_THE = re.compile(r"\s(?:the|our|its|this|such|a|each|any)\s+\S+$", re.I)
+_NON_WORD, _LEAD_THE = re.compile(r"[^\w]+"), re.compile(r"^the ")
+
+
 def _clean_org(name: str) -> str:
     name = " ".join(name.replace("\n", " ").split()).strip(" ,;:-–—")
-    if name.endswith(".") and not re.search(r"(?i)\b(?:inc|co|corp|ltd|bros|s\.a|n\.v|b\.v|s\.p\.a|l\.l\.c|p\.l\.c|k\.k)\.$",
-                                            name):
+    if name.endswith(".") and not _ABBREV_END.search(name):
         name = name.rstrip(".")
-    name = re.sub(r"(?i)\s+(?:and|or|of|&)$", "", name)
+    name = _TAIL_WORD.sub("", name)
     words = name.split()
     if len(words) > 1 and words[-1].isupper() and len(words[-1]) > 2:     # "Part III. THE ACME COMPANY": the capitals
         while len(words) > 1 and not (words[0].isupper() and words[0].isalpha() or words[0] == "&"):
             words.pop(0)
-    name = re.sub(r"^(?:and|or|by|of|from|between|with|for|to|at|in)\s+", "", " ".join(words), flags=re.I)
+    name = _LEAD_WORD.sub("", " ".join(words))
     if name.isupper() and len(name) > 5:                     # ACME WIDGETS, INC. -> Acme Widgets, Inc.
-        name = " ".join(w if len(w) <= 3 and w.isalpha() and not re.fullmatch(_SUFFIX, w.title() + ".")
-                        and w not in ("THE", "AND", "OF") else re.sub(r"[^\W\d_]+", lambda m: m.group(0).capitalize(), w)
+        name = " ".join(w if len(w) <= 3 and w.isalpha() and not _SUFFIX_FULL.fullmatch(w.title() + ".")
+                        and w not in ("THE", "AND", "OF") else _LETTERS.sub(lambda m: m.group(0).capitalize(), w)
                         for w in name.split())
-        name = re.sub(r"\b(Of|And)\b", lambda m: m.group(1).lower(), name)
-    if re.search(r"(?i)(a division of|filed|pursuant|incorporated by)", name) or \
-            re.search(r"\s(?:the|our|its|this|such|a|each|any)\s+\S+$", name, re.I):    # "Officers of the Company"
+        name = _OF_AND.sub(lambda m: m.group(1).lower(), name)
+    if _NOT_NAME.search(name) or _OF_THE.search(name):    # "Officers of the Company"
         return ""
     return name
 
 
 def _key(name: str) -> str:
-    return re.sub(r"^the ", "", re.sub(r"[^\w]+", " ", name.lower()).strip())
+    return _LEAD_THE.sub("", _NON_WORD.sub(" ", name.lower()).strip())
+
+
+def _fold(text: str) -> str:
+    """`text` lowercased so that a character an IGNORECASE pattern's letter matches becomes that letter, each
+    character in its place (tests/test_card_equal.py checks it on every character)."""
+    if not text.isascii():
+        for c, f in (("İ", "i"), ("ı", "i"), ("ſ", "s")):
+            if c in text:
+                text = text.replace(c, f)
+    return text.lower()
+
+
+def _org_lines(text: str) -> list[str]:
+    """The lines of `text` where _ORG_RE or _ORG_INST may match (a superset of those with a legal word), in order."""
+    at = [m.start() for m in _ORG_NEAR.finditer(_fold(text))] + [m.start() for m in _INST_NEAR.finditer(text)]
+    if not at:
+        return []
+    lines = text.splitlines()
+    ends = list(accumulate(map(len, text.splitlines(True))))
+    return [lines[i] for i in sorted({bisect_right(ends, p) for p in at})]
 
 
 def _orgs(head: str, flat: str, run: str, author: str) -> tuple[list[str], list[str]]:
@@ -193,7 +227,7 @@ def _orgs(head: str, flat: str, run: str, author: str) -> tuple[list[str], list[
         line = next((s.strip() for s in reversed(re.split(r"[\n()]", head[max(0, m.start() - 120):m.start()]))
                      if s.strip()), "")
         vote(re.split(r"\s{2,}|\d{3,}", line)[-1] if line else line, 10)
-    for m in _MEAN.finditer(flat):
+    for m in _MEAN.finditer(flat) if "term" in flat or "references to" in flat else ():
         key = vote(m.group(2), 6)
         if key:
             owned += [(key, s) for s in re.findall(r"[“\"]([^”\"]{1,40})[”\"]", m.group(1))
@@ -207,8 +241,8 @@ def _orgs(head: str, flat: str, run: str, author: str) -> tuple[list[str], list[
                 owned.append((key, defined))
         elif tail:
             vote(tail.group(1), 3)
-    for text, weight in ((head, 1), (run, 2)):           # each distinct name cleaned once; lines with a suffix only
-        lines = [ln for ln in text.splitlines() if _HAS_SUFFIX.search(ln)]
+    for text, weight in ((head, 1), (run, 2)):           # each distinct name cleaned once; lines with a name only
+        lines = _org_lines(text)
         found = Counter(m.group(1) for ln in lines for rx in (_ORG_RE, _ORG_INST) for m in rx.finditer(ln))
         for raw, n in found.items():
             vote(raw, weight * n)
@@ -229,7 +263,8 @@ def _orgs(head: str, flat: str, run: str, author: str) -> tuple[list[str], list[
         while merged[key] in merged:
             merged[key] = merged[merged[key]]
     ranked = [k for k, _ in votes.most_common()]
-    tickers = [m.group(1) for m in _TICKER.finditer(flat)] + [m.group(1) for m in _SYMBOL.finditer(flat)]
+    tickers = [m.group(1) for m in _TICKER.finditer(flat)] + \
+        ([m.group(1) for m in _SYMBOL.finditer(flat)] if any(x in flat for x in _EXCHANGES) else [])
     if tickers:
         short = [Counter(tickers).most_common(1)[0][0]] + short
     orgs = [names[k] for k in ranked][:MAX_ORGS]
@@ -244,9 +279,8 @@ def _orgs(head: str, flat: str, run: str, author: str) -> tuple[list[str], list[
 
 def name_words(name: str) -> list[str]:
     """An organisation's distinctive words: lowercased, without "the", "&", "and", "of" and its legal suffix."""
-    words = re.findall(r"[^\W_]+", name.replace("’", "'").replace("'s", ""))
-    while words and re.fullmatch(_SUFFIX, words[-1] + ("." if words[-1].lower() in ("inc", "co", "corp", "ltd") else ""),
-                                 re.I):
+    words = _LETTERS_DIGITS.findall(name.replace("’", "'").replace("'s", ""))
+    while words and _SUFFIX_FULL_I.fullmatch(words[-1] + ("." if words[-1].lower() in ("inc", "co", "corp", "ltd") else "")):
         words.pop()
     return [w.lower() for w in words if w.lower() not in ("the", "and", "of", "de", "der", "des", "du")]
 
@@ -269,19 +303,32 @@ _KIND_RULES: tuple[tuple[str, str], ...] = (
     ("memo", r"^\W{0,3}(?:internal\s+)?(?:memorandum|memo)\b|\bto:\s.{1,120}\bfrom:\s.{1,200}\b(?:subject|re|date):\s"),
 )
 _KIND_RES = tuple((kind, re.compile(rule, re.I | re.S)) for kind, rule in _KIND_RULES)
+_KIND_WORDS = {         # a rule matches only where one of its words is in the _fold-ed text
+    "annual report": ("form", "annual report", "geschäftsbericht", "jahresbericht", "rapport annuel", "informe anual",
+                      "relazione annuale", "jaarverslag", "årsredovisning"),
+    "quarterly report": ("form", "quarterly report", "interim report", "half-year", "quartalsbericht", "zwischenbericht",
+                         "rapport trimestriel", "informe trimestral"),
+    "earnings release": ("release", "results", "pressemitteilung"),
+    "proxy": ("proxy statement", "schedule 14a", "meeting"),
+    "contract": ("agreement", "contract", "by and between", "whereas", "vertrag", "contrat"),
+    "paper": ("abstract", "arxiv:", "proceedings of"),
+    "memo": ("memo", "from:")}
+_FORM_10Q = re.compile(r"form\s*10-?q", re.I)
 
 
 def _kind(flat: str, fmt: str, meta: str) -> str:
     if fmt in ("pptx", "ppt"):
         return "slides"
     window = (meta + " " + flat[:4000])
-    found = [(m.start(), kind) for kind, rx in _KIND_RES if (m := rx.search(window))]
+    low = _fold(window)
+    found = [(m.start(), kind) for kind, rx in _KIND_RES
+             if any(w in low for w in _KIND_WORDS[kind]) and (m := rx.search(window))]
     if not found:
         return ""
     # forms and the cover page's own words come first; a later mention ("our annual report") loses to an
     # earlier, more specific one; a quarterly report mentions the annual report it updates, not the reverse
     kinds = dict((k, s) for s, k in found)
-    if "quarterly report" in kinds and "annual report" in kinds and re.search(r"form\s*10-?q", window, re.I):
+    if "quarterly report" in kinds and "annual report" in kinds and _FORM_10Q.search(window):
         return "quarterly report"
     return min(found)[1]
 
@@ -296,38 +343,53 @@ def _date(m: re.Match) -> tuple[int, int, int] | None:
     return None
 
 
-def _after(pattern: str, text: str, span: int = 120) -> tuple[int, int, int] | None:
-    m = re.search(pattern, text, re.I)
+def _after(rx: re.Pattern, text: str, span: int = 120) -> tuple[int, int, int] | None:
+    m = rx.search(text)
     if not m:
         return None
     d = _DATE_RE.search(text, m.end(), m.end() + span)
     return _date(d) if d else None
 
 
+_YEAR = re.compile(r"(?:19|20)\d\d")         # in every date, and in each pattern of _period but "period ending"
+_YEAR_ENDED = re.compile(r"(?:fiscal|financial)\s+year\s+ended|year\s+ended|geschäftsjahr\s+(?:zum|endend)|"
+                         r"exercice clos le", re.I)
+_PERIOD_ENDED = re.compile(r"(?:quarterly|three[- ]month|interim)\s+period\s+ended|quarter\s+ended|three months ended",
+                           re.I)
+_QUARTER = re.compile(r"\b(first|second|third|fourth|1st|2nd|3rd|4th)\s+(?:fiscal\s+)?quarter\s+(?:of\s+)?(?:fiscal\s+"
+                      r"(?:year\s+)?)?((?:19|20)\d\d)\b|\bQ([1-4])\s*(?:FY\s*)?((?:19|20)\d\d)\b|"
+                      r"\b((?:19|20)\d\d)\s*Q([1-4])\b", re.I)
+_PERIOD_ENDING = re.compile(r"period\s+ending", re.I)
+_FISCAL = re.compile(r"\b(?:fiscal(?:\s+year)?|FY)\s*((?:19|20)\d\d)\b", re.I)
+_DATED = tuple(re.compile(p, re.I) for p in (r"\bas\s+of", r"\bdate[d]?\s*:", r"\bdatum\s*:|\bdate\s+de"))
+
+
 def _period(flat: str, meta: str, kind: str) -> tuple[int | None, int | None, str]:
     iso = lambda d: f"{d[0]:04d}-{d[1]:02d}-{d[2]:02d}"  # noqa: E731
-    if d := _after(r"(?:fiscal|financial)\s+year\s+ended|year\s+ended|geschäftsjahr\s+(?:zum|endend)|exercice clos le", flat):
+    year = _YEAR.search(flat) is not None       # else no pattern over `flat` can match: skip them
+    low = _fold(flat) if year else ""
+    if year and any(w in low for w in ("year", "geschäftsjahr", "exercice clos le")) and (d := _after(_YEAR_ENDED, flat)):
         if kind != "quarterly report":
             return d[0], None, iso(d)
-    if d := _after(r"(?:quarterly|three[- ]month|interim)\s+period\s+ended|quarter\s+ended|three months ended", flat):
+    if year and "ended" in low and (d := _after(_PERIOD_ENDED, flat)):
         return d[0], (d[1] - 1) // 3 + 1, iso(d)
-    m = re.search(r"\b(first|second|third|fourth|1st|2nd|3rd|4th)\s+(?:fiscal\s+)?quarter\s+(?:of\s+)?(?:fiscal\s+"
-                  r"(?:year\s+)?)?((?:19|20)\d\d)\b|\bQ([1-4])\s*(?:FY\s*)?((?:19|20)\d\d)\b|\b((?:19|20)\d\d)\s*Q([1-4])\b",
-                  flat[:3000], re.I)
+    m = _QUARTER.search(flat[:3000]) if year and "q" in low[:3000] else None
     if m:
         if m.group(1):
             return int(m.group(2)), _ORDINAL[m.group(1).lower()], ""
         if m.group(3):
             return int(m.group(4)), int(m.group(3)), ""
         return int(m.group(5)), int(m.group(6)), ""
-    if d := _after(r"period\s+ending", meta, 20):
+    if d := _after(_PERIOD_ENDING, meta, 20):
         return d[0], ((d[1] - 1) // 3 + 1) if kind == "quarterly report" else None, iso(d)
-    m = re.search(r"\b(?:fiscal(?:\s+year)?|FY)\s*((?:19|20)\d\d)\b", flat[:3000], re.I)
+    m = _FISCAL.search(flat[:3000]) if year and ("fiscal" in low[:3000] or "fy" in low[:3000]) else None
     if m:
         return int(m.group(1)), None, ""
-    for pattern in (r"\bas\s+of", r"\bdate[d]?\s*:", r"\bdatum\s*:|\bdate\s+de"):
-        if d := _after(pattern, flat[:4000], 40):
+    for rx in _DATED if year else ():
+        if d := _after(rx, flat[:4000], 40):
             return (d[0] if kind in ("annual report", "quarterly report") else None), None, iso(d)
+    if not year:
+        return None, None, ""
     d = _DATE_RE.search(flat[:2000])
     if d and (dd := _date(d)):
         return None, None, iso(dd)

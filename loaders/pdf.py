@@ -4,10 +4,11 @@ is yielded empty with needs_ocr=True (options.pdf_ocr: "auto", "always" or "neve
 read by page range (`load_pages`: ingest/load.py's NOTE on ranges)."""
 from __future__ import annotations
 
+import sys
 import unicodedata
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from .base import LoaderError, LoaderOptions, Page, register
 from .pdf_layout import WINDOW, Layout, read_lines
@@ -20,6 +21,29 @@ MIN_CHARS = 20          # a page with fewer non-space characters...
 MIN_IMAGE_COVER = 0.5   # ...and at least this share of its area under images is a scan
 MAX_UNREADABLE = 0.3    # share of U+FFFD / private-use / control / unassigned characters that marks garbage
 _UNREADABLE_CATEGORIES = {"Co", "Cc", "Cn", "Cs"}
+
+
+def import_pymupdf(layout: bool) -> object:
+    """pymupdf; its layout model (the pymupdf_layout package, where installed: an ONNX model that
+    `import pymupdf` loads, 0.4 CPU-s and 55 MB in every worker) only when `layout` asks for it. Only
+    find_tables uses it ([loaders.pdf] tables = "always"); the text dict the loader reads never does."""
+    if "pymupdf" not in sys.modules and not layout:
+        blocked = "pymupdf.layout" not in sys.modules
+        if blocked:
+            sys.modules["pymupdf.layout"] = None        # pymupdf's own `import pymupdf.layout` fails quietly
+        try:
+            import pymupdf
+        finally:
+            if blocked and sys.modules.get("pymupdf.layout", 0) is None:
+                del sys.modules["pymupdf.layout"]       # so that `layout=True` may import it later
+    import pymupdf
+
+    if layout and getattr(pymupdf, "_get_layout", 0) is None:
+        try:
+            import pymupdf.layout  # noqa: F401  (activates itself, as at pymupdf's import)
+        except ImportError:
+            pass
+    return pymupdf
 
 
 def mupdf_errors() -> tuple[type[Exception], ...]:
@@ -70,10 +94,12 @@ def _image_cover(page: pymupdf.Page) -> float:
 
 def needs_ocr(page: pymupdf.Page, text: str) -> bool:
     """True when the page has no usable text layer: no text, garbage glyphs, or a near-empty scan."""
-    chars = [c for c in text if not c.isspace()]
+    chars = "".join(text.split())           # str.split and str.isspace agree on what whitespace is
     if not chars:
         return True
-    unreadable = sum(1 for c in chars if c == "\ufffd" or unicodedata.category(c) in _UNREADABLE_CATEGORIES)
+    # Printable text holds no Cc, Co, Cn or Cs character: the count per character only when it may be non-zero.
+    unreadable = 0 if chars.isprintable() and "\ufffd" not in chars else sum(
+        1 for c in chars if c == "\ufffd" or unicodedata.category(c) in _UNREADABLE_CATEGORIES)
     if unreadable > MAX_UNREADABLE * len(chars):
         return True
     return len(chars) < MIN_CHARS and _image_cover(page) >= MIN_IMAGE_COVER
@@ -97,8 +123,7 @@ def load_pages(path: Path, options: LoaderOptions, first: int = 0, stop: int | N
     """Pages [first, stop) (0-based; stop None: to the end) as `load` yields them: the WINDOW pages on
     either side are read too, so running headers and font sizes are decided as in a whole-document
     read. `on_open(page_count, outline)` is called once the document is open."""
-    import pymupdf
-
+    pymupdf: Any = import_pymupdf(layout=options.pdf_tables == "always")
     flags = pymupdf.TEXTFLAGS_TEXT & ~pymupdf.TEXT_PRESERVE_LIGATURES      # "ﬁ" -> "fi"
     mode = options.pdf_ocr
     _check_not_truncated(path)

@@ -59,12 +59,20 @@ def read_lines(page_dict: dict) -> list[Line]:
     lines = []
     for block in page_dict["blocks"]:
         for line in block.get("lines", ()):
-            spans = [s for s in line["spans"] if s["text"].strip()]
-            text = " ".join("".join(s["text"] for s in line["spans"]).split())
-            if not spans or not text:
-                continue
-            main = max(spans, key=lambda s: len(s["text"].strip()))
-            bold = all(s["flags"] & 16 or "bold" in s["font"].lower() for s in spans)
+            if len(line["spans"]) == 1:         # most lines: one span, the same Line for less work
+                main = line["spans"][0]
+                words = main["text"].split()
+                if not words:
+                    continue
+                text = " ".join(words)
+                bold = bool(main["flags"] & 16) or "bold" in main["font"].lower()
+            else:
+                spans = [s for s in line["spans"] if s["text"].strip()]
+                if not spans:               # (a span with visible text makes the joined text non-empty)
+                    continue
+                text = " ".join("".join(s["text"] for s in line["spans"]).split())
+                main = max(spans, key=lambda s: len(s["text"].strip()))
+                bold = all(s["flags"] & 16 or "bold" in s["font"].lower() for s in spans)
             lines.append(Line(text, tuple(line["bbox"]), round(main["size"], 1), bold, block["number"]))
     return lines
 
@@ -89,10 +97,10 @@ def _key(text: str) -> str:
 
 
 def _heading_like(text: str) -> bool:
-    words = text.split()
-    letters = sum(c.isalpha() for c in text)
-    return (0 < len(words) <= HEADING_WORDS and letters >= 3 and letters >= len(text.replace(" ", "")) / 2
-            and not text.endswith((".", ",", ";")))
+    if not 0 < len(text.split()) <= HEADING_WORDS or text.endswith((".", ",", ";")):
+        return False                    # the cheap tests first: most lines are longer (the letters not counted)
+    letters = sum(map(str.isalpha, text))
+    return letters >= 3 and letters >= len(text.replace(" ", "")) / 2
 
 
 def _norm(text: str) -> str:
@@ -129,7 +137,7 @@ class Layout:
                 s.keys[id(line)] = ("t" if i < EDGE_ROWS else "b") + key if key else ""
         for line in lines:
             s.sizes[line.size] += len(line.text)
-            if _heading_like(line.text):
+            if line.size not in s.short and _heading_like(line.text):     # a size's first heading-like line
                 s.short.add(line.size)
         self.window.append(s)
         while self.window and self.window[0].index < index - 2 * WINDOW:
@@ -187,7 +195,9 @@ class Layout:
 
     @staticmethod
     def _body_size(near: list[Scan]) -> float:
-        sizes = sum((s.sizes for s in near), Counter())
+        sizes: Counter = Counter()
+        for s in near:          # as sum(..., Counter()) would: counts all positive, keys in first-seen order
+            sizes.update(s.sizes)
         return sizes.most_common(1)[0][0] if sizes else 0.0
 
     def _headings(self, index: int, lines: list[Line], body: float, near: list[Scan]) -> tuple[dict, set[int]]:

@@ -62,7 +62,8 @@ def _cells(row: list[Line]) -> list[str]:
     """A row's cells left to right, lone currency signs dropped (they belong to the figure beside them)."""
     out = []
     for line in row:
-        text = " ".join(w for w in line.text.split() if w not in _CURRENCY)
+        words = line.text.split()           # a Line's text is already its words joined by single spaces
+        text = line.text if _CURRENCY.isdisjoint(words) else " ".join(w for w in words if w not in _CURRENCY)
         if text:
             out.append(cell(text))
     return out

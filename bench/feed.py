@@ -5,6 +5,8 @@ into Milvus Lite and into a real Milvus server started here on loopback.
     python bench/feed.py --docs 400 --stores lite
     python bench/feed.py --stores null            # into the null store (null://): the host with no store's limit
     python bench/feed.py --backend openvino --code 6746f18    # another commit's code, beside this one
+    python bench/feed.py --stores null --backend stub --code e78c4ab --old-backend openvino
+                # the stub backend: vectors back, the vector cache, reuse, as in a GPU run, at no model cost
 
 Each configuration runs twice, on --small and on --docs documents, each into a fresh store, and
 the figures are the differences, so start-up (imports, spawns, the store's opening) drops out:
@@ -122,7 +124,8 @@ def measure(label: str, code: Path | None, uri: str, backend: str, docs: Path, s
         store = uri if "://" in uri else str(work / f"{label}-{tag}.db")
         collection = f"feed_{label.replace('-', '_')}_{tag}_{os.getpid()}"
         config = work / "config.toml"
-        config.write_text(f"[store]\nwriters = {writers}\n" if code is None else "")
+        cache = work / f"cache-{label}-{tag}.sqlite"   # a fresh vector cache a run (the stub backend fills it)
+        config.write_text((f"[store]\nwriters = {writers}\n" if code is None else "") + f'[cache]\npath = "{cache}"\n')
         argv = [sys.executable, "-m", "ingest.cli", "run", str(folder), "--store", store, "--collection", collection,
                 "--backend", backend, "--report", str(work / "report.json"), "--quiet", "--config", str(config)]
         runs.append(measured_run(argv, work, env))
@@ -131,16 +134,43 @@ def measure(label: str, code: Path | None, uri: str, backend: str, docs: Path, s
     stages = {k: (big["stages"].get(k, 0) - small_run["stages"].get(k, 0)) * 1e6 / chunks
               for k in sorted(set(big["stages"]) | set(small_run["stages"]))}
     tree = (big["tree"] - small_run["tree"]) * 1e6 / chunks
-    host = tree - (stages.get("encode", 0.0) if backend != "null" else 0.0)
+    host = tree - (stages.get("encode", 0.0) if backend not in ("null", "stub") else 0.0)
     return {"label": label, "chunks": big["chunks"], "rate": chunks / (big["wall"] - small_run["wall"]),
-            "tree_us": tree, "host_us": host, "stages_us": stages, "report_rates": big["rates"]}
+            "whole_rate": big["chunks"] / big["wall"], "tree_us": tree, "host_us": host, "stages_us": stages,
+            "report_rates": big["rates"], "startup_s": _startup(small_run, stages, small_run["chunks"]),
+            "projection": projection(stages, writers)}
+
+
+LOADERS = ("txt", "pdf", "docx", "pptx", "ocr")
+
+
+def projection(stages_us: dict[str, float], writers: int, cores: int = 16) -> dict[str, float]:
+    """What a `cores`-core host sustains, from the per-role CPU us a chunk measured here: the loaders on every
+    core but the supervisor's, the supervisor and the encode worker's host side (one process each), the
+    writers: min(15 / loader us, 1 / supervisor us, 1 / encode us, writers / writer us), in chunks/s."""
+    loader = sum(stages_us.get(k, 0.0) for k in LOADERS)
+    caps = {"loaders": (cores - 1) * 1e6 / loader if loader > 0 else float("inf"),
+            "supervisor": 1e6 / max(stages_us.get("supervisor", 0.0), 1e-9),
+            "encode": 1e6 / max(stages_us.get("encode", 0.0), 1e-9),
+            "writers": writers * 1e6 / max(stages_us.get("writer", 0.0), 1e-9)}
+    return {**caps, "sustained": min(caps.values()), "bound_by": min(caps, key=caps.get)}
+
+
+def _startup(small: dict, stages_us: dict[str, float], chunks: int) -> dict[str, float]:
+    """Start-up, measured apart: the small run's CPU seconds by role less its chunks at the steady cost."""
+    return {k: round(v - stages_us.get(k, 0.0) * chunks / 1e6, 2) for k, v in small["stages"].items()
+            if k in ("supervisor", "encode", "writer", *LOADERS)}
 
 
 def show(r: dict) -> None:
     stages = ", ".join(f"{k} {v:,.0f}" for k, v in r["stages_us"].items() if abs(v) >= 5)
     print(f"{r['label']:<22} {r['chunks']:>6} chunks  {r['rate']:>7,.0f} chunks/s  tree {r['tree_us']:>6,.0f} us/chunk"
           f"  host {r['host_us']:>6,.0f} us/chunk  -> 16 cores feed {16e6 / r['host_us']:>7,.0f} chunks/s")
-    print(f"{'':<22} CPU us/chunk by stage: {stages}")
+    print(f"{'':<22} CPU us/chunk by stage: {stages}; whole run {r['whole_rate']:,.0f} chunks/s")
+    p = r["projection"]
+    print(f"{'':<22} 16-core projection: {p['sustained']:,.0f} chunks/s, bound by {p['bound_by']} (loaders "
+          f"{p['loaders']:,.0f}, supervisor {p['supervisor']:,.0f}, encode {p['encode']:,.0f}, writers {p['writers']:,.0f})")
+    print(f"{'':<22} start-up CPU s by role (apart): {r['startup_s']}")
     print(f"{'':<22} report's stage rates (chunks/s of busy time): {r['report_rates']}")
 
 
@@ -151,10 +181,14 @@ def main() -> int:
                     "every writer process gets a batch in it too (its client's import and connection are start-up: "
                     "with 20 documents, one batch, the second writer's were counted as cost per chunk)")
     ap.add_argument("--paragraphs", type=int, default=16, help="paragraphs (chunks) per document")
-    ap.add_argument("--backend", default="null")
+    ap.add_argument("--backend", default="null", help="null, stub (null's vectors cached and reused like a model's), "
+                    "or a real backend")
+    ap.add_argument("--old-backend", default="", help="the backend of the --code revisions (default: --backend; "
+                    "revisions before the stub backend need a real one for the stub's measure)")
     ap.add_argument("--stores", default="lite,server", help="comma list of lite, server, null (the null store: "
                     "what the host does with no store's limit; not in code older than issue 38)")
     ap.add_argument("--writers", type=int, default=2, help="[store] writers for the server")
+    ap.add_argument("--json", default="", help="also write the results to this JSON file")
     ap.add_argument("--rounds", type=int, default=1, help="measure every code this many times, in turn")
     ap.add_argument("--code", default="", help="also measure the code of these git revisions or source trees "
                     "(comma-separated; same run, before this working tree)")
@@ -182,7 +216,8 @@ def main() -> int:
             for r in range(args.rounds):
                 for name, code in codes:
                     label = f"{name}-{store}" + (f"-r{r + 1}" if args.rounds > 1 else "")
-                    results.append(measure(label, code, uri, args.backend, work / "docs", work / "small", work,
+                    backend = args.old_backend or args.backend if code is not None else args.backend
+                    results.append(measure(label, code, uri, backend, work / "docs", work / "small", work,
                                            args.writers))
                     show(results[-1])
             if server is not None:
@@ -194,8 +229,12 @@ def main() -> int:
     for i in range(0, len(results), len(codes)):
         old = results[i]
         for new in results[i + 1:i + len(codes)]:
+            sup = old["stages_us"].get("supervisor", 0) / max(new["stages_us"].get("supervisor", 0), 1e-9)
             print(f"{new['label']} / {old['label']}: host cost {old['host_us'] / new['host_us']:.2f}x lower, "
-                  f"chunks/s {new['rate'] / old['rate']:.2f}x")
+                  f"supervisor {sup:.2f}x lower, chunks/s {new['rate'] / old['rate']:.2f}x (steady), "
+                  f"{new['whole_rate'] / old['whole_rate']:.2f}x (whole run)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

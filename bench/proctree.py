@@ -33,19 +33,24 @@ def role(p: psutil.Process) -> str:
 
 
 def children_cpu() -> float:
+    return sum(children_split())
+
+
+def children_split() -> tuple[float, float]:
+    """(user, system) CPU seconds of the reaped children."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+    return r.ru_utime, r.ru_stime
 
 
 def sampled_run(argv: list[str], cwd: Path, env: dict, every_s: float = 0.1) -> dict:
     """Run `argv` to its end, sampling its process tree every `every_s`: wall seconds, the tree's CPU seconds,
     CPU seconds by role ("supervisor": the command's own process), peak RSS (bytes) of one process by role,
-    the exit code and stderr."""
-    before = children_cpu()
+    the exit code and stderr; `split`: (user, system) CPU seconds by role and of the tree ("tree")."""
+    before = children_split()
     start = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     top = psutil.Process(proc.pid)
-    last: dict[int, tuple[str, float]] = {}
+    last: dict[int, tuple[str, float, float]] = {}
     roles: dict[int, str] = {}
     peak: dict[str, int] = {}
     done = threading.Event()
@@ -62,7 +67,7 @@ def sampled_run(argv: list[str], cwd: Path, env: dict, every_s: float = 0.1) -> 
                         t, rss = p.cpu_times(), p.memory_info().rss
                     if p.pid not in roles or roles[p.pid] == "other":
                         roles[p.pid] = "supervisor" if p.pid == proc.pid else role(p)
-                    last[p.pid] = (roles[p.pid], t.user + t.system)
+                    last[p.pid] = (roles[p.pid], t.user, t.system)
                     peak[roles[p.pid]] = max(peak.get(roles[p.pid], 0), rss)
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     pass
@@ -74,10 +79,15 @@ def sampled_run(argv: list[str], cwd: Path, env: dict, every_s: float = 0.1) -> 
     done.set()
     sampler.join()
     stages: dict[str, float] = {}
-    for name, cpu in last.values():
-        stages[name] = stages.get(name, 0.0) + cpu
+    split: dict[str, tuple[float, float]] = {}
+    for name, user, system in last.values():
+        stages[name] = stages.get(name, 0.0) + user + system
+        u, s = split.get(name, (0.0, 0.0))
+        split[name] = (u + user, s + system)
+    after = children_split()
+    split["tree"] = (after[0] - before[0], after[1] - before[1])
     # A process its parent never reaped is missing from RUSAGE_CHILDREN but was sampled: take the larger.
-    tree = max(children_cpu() - before, sum(stages.values()))
+    tree = max(sum(split["tree"]), sum(stages.values()))
     stages["unsampled"] = tree - sum(stages.values())
-    return {"wall": wall, "tree": tree, "stages": stages, "peak_rss": peak, "rc": proc.returncode,
+    return {"wall": wall, "tree": tree, "stages": stages, "split": split, "peak_rss": peak, "rc": proc.returncode,
             "stderr": stderr}

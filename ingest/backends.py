@@ -5,7 +5,10 @@
     onnx-int8  that graph with int8 weights (dynamic quantization, per channel), one text a call
     openvino   the fp32 graph compiled by OpenVINO for this CPU (bfloat16 where it has AMX)
     null       no model: constant unit vectors of the model's dimension, to measure the host
-               pipeline (loading, chunking, writing) without the model's cost (bench/feed.py)
+               pipeline (loading, chunking, writing) without the model's cost (bench/feed.py); its
+               vectors are never cached nor reused from the store
+    stub       null's vectors taken as a model's: cached and reused like a real backend's, so the host
+               does all it does in a GPU run at no model cost (bench/feed.py --backend stub)
     auto       a collection's own backend; for a new collection torch on a host with an NVIDIA
                GPU, else the fastest exact backend measured at export (never int8: see choose)
 
@@ -29,7 +32,8 @@ from pathlib import Path
 
 from ingest.model_ref import ModelRef
 
-BACKENDS = ("torch", "onnx", "onnx-int8", "openvino", "null")
+BACKENDS = ("torch", "onnx", "onnx-int8", "openvino", "null", "stub")
+MODEL_FREE = ("null", "stub")      # no model runs: constant unit vectors
 EXACT = ("torch", "onnx", "openvino")    # cosine >= 0.9999 to torch: same top-5 sources (bench/parity.py)
 LIGHT_MARGIN = 1.1       # auto prefers a backend without torch (ready in ~0.3 s, not ~4 s) within this of torch
 CHOICES = ("auto", *BACKENDS)
@@ -107,7 +111,7 @@ def ensure_export(model: ModelRef) -> dict:
 
 def model_file(model: ModelRef, backend: str) -> str:
     """The .onnx file of an ONNX backend (exported now if needed); "" for torch and null."""
-    if backend in ("torch", "null"):
+    if backend == "torch" or backend in MODEL_FREE:
         return ""
     entry = ensure_export(model)[backend]
     if not entry["ok"]:

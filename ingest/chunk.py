@@ -27,6 +27,7 @@ every span of another tokenizer) is tokenized for real.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, replace
@@ -61,6 +62,22 @@ class PageChunks:
     bboxes: tuple[str, ...] = ()     # each chunk's "x0,y0,x1,y1" on its page (PDF points), or () when unknown
     junk: int = 0                    # chunks skipped as non-language text (ingest.sections.is_junk)
     junk_sample: str = ""            # the start of the first of them, escaped: the report shows what was skipped
+    keys: bytes = b""                # each chunk's reuse key, 16 bytes each (ChunkSpec.key_secret), or b""
+
+    def __reduce__(self) -> tuple:
+        """Pickled with its two arrays as bytes: an ndarray's own pickling costs ~13 us, and a loader's answer
+        holds two a section, which the supervisor unpickles."""
+        fields = dict(self.__dict__)
+        fields["ids"] = np.ascontiguousarray(self.ids, dtype=np.int32).tobytes()
+        fields["lengths"] = np.ascontiguousarray(self.lengths, dtype=np.int32).tobytes()
+        return _page_chunks, (fields,)
+
+
+def _page_chunks(fields: dict) -> PageChunks:
+    """A PageChunks from its pickled fields (PageChunks.__reduce__)."""
+    fields["ids"] = np.frombuffer(fields["ids"], dtype=np.int32)
+    fields["lengths"] = np.frombuffer(fields["lengths"], dtype=np.int32)
+    return PageChunks(**fields)
 
 
 @dataclass(frozen=True)
@@ -72,6 +89,8 @@ class ChunkSpec:
     context_tokens: int = 0          # the context line's tokens embedded before each chunk (0: none)
     skip_junk: bool = False          # skip non-language chunks (ingest.sections.is_junk)
     card_context: bool = True        # the document card's label in the context line (ingest/doc_card.py)
+    key_secret: bytes = b""          # the run's reuse secret (ingest/reuse.py): each chunk's key made here, in
+    #                                  the loader, not in the supervisor; b"": none made
 
     @property
     def limit(self) -> int:          # room left after [CLS] and [SEP]
@@ -129,9 +148,19 @@ def section_chunks(section: Section, spec: ChunkSpec, doc: Doc | None, title: st
             boxes.append(_union(section.boxes, a + lead, b + lead))
     lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
     flat = np.concatenate(ids).astype(np.int32, copy=False) if ids else _EMPTY
+    keys = b"".join(chunk_keys(spec.key_secret, flat, lengths)) if spec.key_secret else b""
     return PageChunks(section.page, tuple(chunks), flat, lengths, doc.title if doc else title, cut, section.index,
                       joined_headings(section.headings), section.element, tuple(boxes) if section.boxes else (), junk,
-                      sample)
+                      sample, keys)
+
+
+def chunk_keys(secret: bytes, ids: np.ndarray, lengths: np.ndarray) -> list[bytes]:
+    """Each chunk's reuse key (ingest/reuse.py): its token ids (`ids`, one chunk's after another; `lengths`)
+    hashed under the settings' secret, 16 bytes."""
+    data = memoryview(np.ascontiguousarray(ids, dtype=np.int32).tobytes())
+    ends = (np.cumsum(lengths, dtype=np.int64) * 4).tolist()
+    blake = hashlib.blake2b
+    return [blake(data[a:b], digest_size=16, key=secret).digest() for a, b in zip([0, *ends], ends)]
 
 
 def _pieces(text: str, tokens: _Tokens, spec: ChunkSpec):

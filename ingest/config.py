@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ingest.backends import CHOICES as BACKEND_CHOICES, has_nvidia_gpu
+from ingest.backends import CHOICES as BACKEND_CHOICES, MODEL_FREE, has_nvidia_gpu
 from ingest.chunk import ChunkSpec
 from ingest.loaders.base import LoaderOptions, OcrOptions
 from ingest.model_ref import ModelRef
@@ -29,7 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "store": {"uri": "./ingest.db", "collection": "documents", "batch_size": 512, "timeout_s": 60.0,
               "writers": 1},
     "cache": {"vectors_mb": 512, "path": "auto"},
-    "run": {"max_files_in_flight": 32, "max_chunks_in_flight": "auto", "follow_symlinks": "inside", "report": "",
+    "run": {"max_files_in_flight": "auto", "max_chunks_in_flight": "auto", "follow_symlinks": "inside", "report": "",
             "engine": "local"},
     "ray": {"address": "", "cpus": 0, "object_store_mb": 512, "encode_actors": "auto", "encode_gpus": "auto",
             "encode_cpus": 1.0, "writers": 1, "writer_cpus": 0.25,
@@ -64,9 +64,11 @@ ZERO_OK = ("chunking.overlap_tokens", "chunking.context_tokens", "cache.vectors_
            "ray.cpus")
 # "auto" or a positive integer
 AUTO_INT = ("model.batch_size", "model.max_batch_tokens", "model.tokenizer_workers", "run.max_chunks_in_flight",
+            "run.max_files_in_flight",
             "ray.encode_actors", *(f"loaders.{p}.workers" for p in ("txt", "pdf", "docx", "pptx")))
 # "auto" loader workers: these on a CPU-only host (the encode workers need the cores); on a host with an
-# NVIDIA GPU, every core loads and tokenizes (the GPU needs feeding), as do "auto" tokenizer workers.
+# NVIDIA GPU, or with a backend that runs no model (null, stub), every core loads and tokenizes (the GPU, or
+# nothing, encodes), as do "auto" tokenizer workers.
 CPU_HOST_WORKERS = {"txt": 1, "pdf": 2, "docx": 1, "pptx": 1}
 
 
@@ -141,10 +143,10 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         table[leaf] = _check(dotted, _lookup(DEFAULTS, dotted), value)
     if cfg["chunking"]["overlap_tokens"] >= cfg["chunking"]["chunk_tokens"]:
         raise ConfigError("config key [chunking.overlap_tokens] must be smaller than [chunking.chunk_tokens]")
-    gpu_host = has_nvidia_gpu()
+    every_core = cfg["model"]["backend"] in MODEL_FREE or has_nvidia_gpu()    # no encode worker on the CPU's cores
     for fmt, workers in CPU_HOST_WORKERS.items():
         if cfg["loaders"][fmt]["workers"] == "auto":
-            cfg["loaders"][fmt]["workers"] = usable_cores() if gpu_host else workers
+            cfg["loaders"][fmt]["workers"] = usable_cores() if every_core else workers
     return cfg
 
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
-from ingest.files import INTERRUPTED, Finished, Row
+from ingest.files import INTERRUPTED, Finished, Row, evolve
 from ingest.model_ref import ModelRef
 from ingest.reuse import Plan, Reuse, fingerprint
 from ingest.timeline import Meter, Timeline
@@ -69,6 +69,8 @@ class EncodeStage:
                  reuse: Reuse | None = None):
         self.model, self.settings, self.writer = model, settings, writer
         self.reuse = reuse or Reuse(fingerprint(model, settings["backend"], settings), model.dim, None, None)
+        if self.reuse.cache is not None:        # the writer processes fill the cache (ingest/write.py NOTE: cache)
+            self.reuse.sink = lambda keys, vectors, cache=self.reuse.cache: writer.cache(cache, keys, vectors)
         self.on_error, self.stopping, self.on_part = on_error, stopping, on_part
         self.feed: queue.Queue[Finished | None] = queue.Queue()
         self.closed = threading.Event()
@@ -154,8 +156,8 @@ class EncodeStage:
             self._counts[seq] = encoded, reused = encoded + plan.encoded, reused + plan.reused
         if part.last:
             self._counts.pop(seq, None)
-            outcome = replace(file.outcome, encoded=encoded, reused=reused)
-            file = replace(file, outcome=outcome.plus(encode=self._encode_s.pop(seq)))
+            outcome = evolve(file.outcome, encoded=encoded, reused=reused)
+            file = evolve(file, outcome=outcome.plus(encode=self._encode_s.pop(seq)))
         self.writer.add(file, part.start, part.chunks, vectors, part.last)
         if part.end and not part.file.last:
             self.on_part(part.file)
@@ -195,14 +197,14 @@ class EncodeStage:
                 return
             if file.outcome.status == "ingested" and self.stopping.is_set():
                 file = interrupted(file)
-            plans = [self.reuse.plan(Part(file, start, chunks, end), tokens)
-                     for start, chunks, tokens, end in file_parts(file)]
+            plans = [self.reuse.plan(Part(file, start, chunks, end), tokens, keys)
+                     for start, chunks, tokens, keys, end in file_parts(file)]
             if file.outcome.status == "ingested" and any(p.encoded for p in plans) and not self._wait_up():
                 for p in plans:
                     self.reuse.cancel(p)
                 file = interrupted(file)
-                plans = [self.reuse.plan(Part(file, start, chunks, end), tokens)
-                         for start, chunks, tokens, end in file_parts(file)]
+                plans = [self.reuse.plan(Part(file, start, chunks, end), tokens, keys)
+                         for start, chunks, tokens, keys, end in file_parts(file)]
             yield from plans
 
 
@@ -211,23 +213,25 @@ def interrupted(file: Finished) -> Finished:
     return replace(file, outcome=replace(file.outcome, status="failed", error=INTERRUPTED), pages=(), record=False)
 
 
-def file_parts(file: Finished) -> Iterator[tuple[int, list[Row], Pretokenized, bool]]:
-    """(start, chunks, their texts and ids, end) for each group of up to GROUP_CHUNKS chunks of the file
-    (or of the part of it: `start` counts from the file's first chunk), `end` on its last group; a
-    file's last part without chunks is one empty group, another part none."""
+def file_parts(file: Finished) -> Iterator[tuple[int, list[Row], Pretokenized, list[bytes] | None, bool]]:
+    """(start, chunks, their texts and ids, their keys if the loader made them, end) for each group of up to
+    GROUP_CHUNKS chunks of the file (or of the part of it: `start` counts from the file's first chunk), `end` on
+    its last group; a file's last part without chunks is one empty group, another part none."""
     items = file.chunk_texts()
     if not items:
         if file.last:
-            yield file.start, [], Pretokenized([], np.zeros(0, np.int32), np.zeros(0, np.int32)), True
+            yield file.start, [], Pretokenized([], np.zeros(0, np.int32), np.zeros(0, np.int32)), [], True
         return
     ids, lengths = file.token_ids()
     ends = np.cumsum(lengths)
+    blob = b"".join(p.keys for p in file.pages)
+    keys = [blob[i:i + 16] for i in range(0, len(blob), 16)] if len(blob) == 16 * len(items) else None
     for start in range(0, len(items), GROUP_CHUNKS):
         chunks = items[start:start + GROUP_CHUNKS]
         stop = start + len(chunks)
         first = int(ends[start - 1]) if start else 0
         tokens = Pretokenized([row.text for row in chunks], ids[first:int(ends[stop - 1])], lengths[start:stop])
-        yield file.start + start, chunks, tokens, stop >= len(items)
+        yield file.start + start, chunks, tokens, keys[start:stop] if keys is not None else None, stop >= len(items)
 
 
 def start_pool(model: ModelRef, settings: dict[str, Any]) -> tuple[Future, Future]:

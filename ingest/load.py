@@ -41,7 +41,7 @@ from ingest import remote
 from ingest.chunk import MAX_CHUNK_BYTES, ChunkSpec, PageChunks, section_chunks
 from ingest.config import ConfigError
 from ingest.doc_card import FIRST_PAGES, file_doc
-from ingest.files import FileRef, Finished, Outcome, Times
+from ingest.files import FileRef, Finished, Outcome, Times, evolve
 from ingest.store.manifest import Entry
 from ingest.sections import Doc, Outline, page_sections
 from ingest.sniff import sniff
@@ -305,7 +305,7 @@ class Pages:
     on in order by `ready`; owned by the dispatcher's thread."""
 
     def __init__(self, ref: FileRef, loaded: Loaded, old_hash: str | None):
-        self.ref = replace(ref, file_hash=loaded.file_hash)
+        self.ref = evolve(ref, file_hash=loaded.file_hash)
         self.old_hash, self.doc = old_hash, loaded.doc
         self.todo = deque(loaded.ranges)         # ranges not yet loading
         self.loading: dict[int, Range] = {}      # ranges loading

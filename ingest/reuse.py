@@ -19,7 +19,8 @@ Where a vector comes from, in order (`Reuse.plan`, one group of a file's chunks 
    the dispatcher tells `expect` of each changed file it sends to load, and the first file whose rows are
    missing reads them with those of every changed file expected and not read yet (up to READ_SOURCES, and
    only files in flight); a file's rows are let go once its last group is planned;
-3. the local cache (`ingest.vector_cache`), when on;
+3. the local cache (`ingest.vector_cache`), when on; what the encoder made and what the store gave go
+   into it through `sink` (a run's: its writer processes, ingest/write.py NOTE: cache), else here;
 4. else the encoder, once per distinct key (later equal chunks wait for it).
 `--reembed` of an existing collection reuses nothing from the store or the cache; the null backend
 (no model) has no cache. The store is never changed here: the previous version stays whole until the
@@ -34,11 +35,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from ingest.backends import cache_dir, has_nvidia_gpu
+from ingest.chunk import chunk_keys
 from ingest.model_ref import ModelRef
 from ingest.store.base import StoreBase, StoreError
 from ingest.store.rows import search_text
@@ -67,12 +69,9 @@ def fingerprint(model: ModelRef, backend: str, settings: dict[str, Any]) -> str:
                        "max_seq_length": model.max_seq_length}, sort_keys=True)
 
 
-def chunk_keys(secret: bytes, tokens: Pretokenized) -> list[bytes]:
-    """Each chunk's key: its token ids hashed under the settings' digest."""
-    ends = np.cumsum(tokens.lengths)
-    data = np.ascontiguousarray(tokens.ids, dtype=np.int32).tobytes()
-    return [hashlib.blake2b(data[4 * (int(ends[i - 1]) if i else 0):4 * int(ends[i])], digest_size=16,
-                            key=secret).digest() for i in range(len(tokens))]
+def group_keys(secret: bytes, tokens: Pretokenized) -> list[bytes]:
+    """Each chunk's key: its token ids hashed under the settings' digest (ingest.chunk.chunk_keys)."""
+    return chunk_keys(secret, tokens.ids, tokens.lengths)
 
 
 @dataclass(eq=False)
@@ -110,6 +109,7 @@ class Reuse:
         self._previous: dict[str, dict[tuple[str, str], np.ndarray]] = {}   # source -> its rows in the store
         self._expected: dict[str, None] = {}    # changed files on their way whose rows are not read yet
         self.reads = 0                          # store calls made to read previous rows (the report's reuse_reads)
+        self.sink: Callable[[list[bytes], np.ndarray], None] | None = None   # who writes the cache (else here)
 
     @classmethod
     def open(cls, cfg: dict[str, Any], model: ModelRef, backend: str, store: StoreBase, manifest: Any,
@@ -123,7 +123,8 @@ class Reuse:
         manifest.set_meta(META, fp if fresh or recorded == fp else MIXED)
         cache = None
         c = cfg["cache"]
-        measuring = backend == "null" or kind(store.uri) == "null"      # the null store: every run encodes all
+        measuring = backend == "null" or (kind(store.uri) == "null" and backend != "stub")  # null store: encodes all
+        #                                   (the stub backend caches even there: it stands for a GPU run's host)
         if c["vectors_mb"] > 0 and not measuring and model.dim and not (reembed and existed):
             cache = VectorCache(cache_path(c["path"], store), c["vectors_mb"], model.dim)
         return cls(fp, model.dim, store if store_ok else None, cache if cache is not None and cache.usable else None)
@@ -143,26 +144,35 @@ class Reuse:
             raise
         return col
 
-    def plan(self, part: Any, tokens: Pretokenized) -> Plan:
-        """Where each of the group's vectors comes from (NOTE); the misses' keys are marked as on their way."""
-        keys = chunk_keys(self._secret, tokens) if len(tokens) else []
+    @property
+    def secret(self) -> bytes:
+        """What keys are hashed under: the loaders make each chunk's key with it (ChunkSpec.key_secret)."""
+        return self._secret
+
+    def plan(self, part: Any, tokens: Pretokenized, keys: list[bytes] | None = None) -> Plan:
+        """Where each of the group's vectors comes from (NOTE); the misses' keys are marked as on their way.
+        `keys`: the chunks' keys as the loader made them (None: made here)."""
+        if keys is None:
+            keys = group_keys(self._secret, tokens) if len(tokens) else []
         plan = Plan(part, keys)
+        memo, inflight = self._memo, self._inflight
         todo: list[int] = []
         with self._lock:
             for i, k in enumerate(keys):
-                if k in self._memo:
-                    self._memo.move_to_end(k)
-                    plan.found[i] = self._memo[k]
-                elif k in self._inflight:
+                if (v := memo.get(k)) is not None:
+                    memo.move_to_end(k)
+                    plan.found[i] = v
+                elif k in inflight:
                     plan.waits.append(i)
-                    self._inflight[k] += 1
+                    inflight[k] += 1
                 else:
                     todo.append(i)
         file = part.file
         if todo and self.store is not None and file.old_hash:
             rows = self._rows_of(file.ref.source)
+            chunks = part.chunks
             for i in todo:
-                row = part.chunks[i]
+                row = chunks[i]
                 if (v := rows.get((search_text(row), row.element))) is not None:
                     plan.found[i] = v
                     plan.to_cache.append(i)
@@ -173,53 +183,60 @@ class Reuse:
                 self._expected.pop(file.ref.source, None)
         if todo and self.cache is not None:
             cached = self.cache.get([keys[i] for i in todo])
-            for i in todo:
-                if keys[i] in cached:
-                    plan.found[i] = cached[keys[i]]
-            todo = [i for i in todo if i not in plan.found]
+            if cached:
+                for i in todo:
+                    if keys[i] in cached:
+                        plan.found[i] = cached[keys[i]]
+                todo = [i for i in todo if i not in plan.found]
         with self._lock:
             for i in todo:
                 k = keys[i]
-                if k in self._inflight:          # an equal chunk earlier in this group
+                if k in inflight:                # an equal chunk earlier in this group
                     plan.waits.append(i)
-                    self._inflight[k] += 1
+                    inflight[k] += 1
                 else:
                     plan.misses.append(i)
-                    self._inflight[k] = 0
-        ends = np.cumsum(tokens.lengths)
-        starts = ends - tokens.lengths
-        plan.tokens = Pretokenized([tokens.texts[i] for i in plan.misses],
-                                   np.concatenate([tokens.ids[starts[i]:ends[i]] for i in plan.misses])
-                                   if plan.misses else np.zeros(0, np.int32),
-                                   tokens.lengths[plan.misses] if plan.misses else np.zeros(0, np.int32))
+                    inflight[k] = 0
+        plan.tokens = _subset(tokens, plan.misses)
         return plan
 
     def assemble(self, plan: Plan, encoded: np.ndarray | None) -> np.ndarray | None:
         """The group's vectors in chunk order, from the encoder's rows for its misses (None: dropped by a stop;
-        then None). NaN rows (chunks that could not be encoded) are passed on, never kept."""
+        then None). NaN rows (chunks that could not be encoded) are passed on, never kept. Whole arrays a group:
+        the per-chunk work is dict operations."""
+        keys, misses = plan.keys, plan.misses
+        miss_keys = [keys[i] for i in misses]
         with self._lock:
-            for j, i in enumerate(plan.misses):
-                k = plan.keys[i]
-                v = None if encoded is None else encoded[j]
-                if waiting := self._inflight.pop(k, 0):
-                    self._held[k] = [v, waiting]
-                if v is not None and np.isfinite(v).all():
-                    self._remember(k, v)
-            waited = {i: self._take(plan.keys[i]) for i in plan.waits}
-            for i, v in plan.found.items():
-                self._remember(plan.keys[i], v)
+            inflight, held, memo = self._inflight, self._held, self._memo
+            for k, v in zip(miss_keys, encoded if encoded is not None else [None] * len(miss_keys)):
+                if waiting := inflight.pop(k, 0):
+                    held[k] = [v, waiting]
+            if encoded is not None and misses:
+                finite = np.isfinite(encoded).all(axis=1)
+                memo.update(zip(miss_keys, encoded) if finite.all() else
+                            ((k, v) for k, v, ok in zip(miss_keys, encoded, finite.tolist()) if ok))
+            waited = {i: self._take(keys[i]) for i in plan.waits}
+            if plan.found:
+                memo.update((keys[i], v) for i, v in plan.found.items())
+            while len(memo) > MEMO_ROWS:
+                memo.popitem(last=False)
         if encoded is None:
             return None
-        dim = encoded.shape[1] if encoded.ndim == 2 and encoded.shape[1] else next(
-            (len(v) for v in (*plan.found.values(), *waited.values()) if v is not None), self.dim)
-        out = np.full((len(plan.keys), dim), np.nan, dtype=np.float32)
-        if plan.misses:
-            out[plan.misses] = encoded
-        for i, v in (*plan.found.items(), *waited.items()):
-            if v is not None:
-                out[i] = v
-        if self.cache is not None:
-            self.cache.put((plan.keys[i], out[i]) for i in (*plan.misses, *plan.to_cache))
+        if len(misses) == len(keys) and encoded.dtype == np.float32:
+            out = encoded                       # every chunk was encoded (the common case): no copy
+        else:
+            dim = encoded.shape[1] if encoded.ndim == 2 and encoded.shape[1] else next(
+                (len(v) for v in (*plan.found.values(), *waited.values()) if v is not None), self.dim)
+            out = np.full((len(keys), dim), np.nan, dtype=np.float32)
+            if misses:
+                out[misses] = encoded
+            for i, v in (*plan.found.items(), *waited.items()):
+                if v is not None:
+                    out[i] = v
+        if self.cache is not None and (misses or plan.to_cache):
+            rows = [*misses, *plan.to_cache]
+            vectors = out if len(rows) == len(out) and not plan.to_cache else out[rows]
+            (self.sink or self.cache.put)([keys[i] for i in rows], vectors)
         return out
 
     def cancel(self, plan: Plan) -> None:
@@ -257,12 +274,6 @@ class Reuse:
             del self._held[k]
         return entry[0]
 
-    def _remember(self, k: bytes, v: np.ndarray) -> None:
-        self._memo[k] = v
-        self._memo.move_to_end(k)
-        if len(self._memo) > MEMO_ROWS:
-            self._memo.popitem(last=False)
-
     def _rows_of(self, source: str) -> dict[tuple[str, str], np.ndarray]:
         """The rows of `source` in the store by (search_text, element): their vectors, read with those of the
         changed files expected (NOTE). A store that cannot be read gives nothing (the chunks are encoded; a
@@ -284,6 +295,19 @@ class Reuse:
             self._previous.update(got)
             rows = got[source]
         return rows
+
+
+def _subset(tokens: Pretokenized, rows: list[int]) -> Pretokenized:
+    """The texts and ids of `rows` (increasing) of `tokens`, sliced as arrays (all of them: `tokens` itself)."""
+    if len(rows) == len(tokens):
+        return tokens
+    if not rows:
+        return Pretokenized([], np.zeros(0, np.int32), np.zeros(0, np.int32))
+    keep = np.zeros(len(tokens), dtype=bool)
+    keep[rows] = True
+    lengths = np.asarray(tokens.lengths)
+    return Pretokenized([tokens.texts[i] for i in rows], np.asarray(tokens.ids)[np.repeat(keep, lengths)],
+                        lengths[rows])
 
 
 def cache_path(setting: str, store: StoreBase) -> Path:

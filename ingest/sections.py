@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from operator import eq
 from pathlib import PurePosixPath
 
@@ -210,12 +211,18 @@ def context_line(source: str, title: str, headings: tuple[str, ...] | str, card:
     (who, what kind, when: "Acme Inc. (ACME) annual report FY2021"), the title (unless it is the file name)
     and the heading path, joined by " > ". When the card names an organisation (`named`), the file name is
     left out: the document says who it is from, and a renamed copy embeds the same text."""
-    path = PurePosixPath(source)
-    label = " ".join(re.sub(r"[_]+", " ", str(path.with_suffix("")) if path.suffix else source).split())
-    parts = ([] if named and card else [label]) + ([card] if card else []) + ([] if title in ("", path.name) else [title])
+    label, name = _file_label(source)
+    parts = ([] if named and card else [label]) + ([card] if card else []) + ([] if title in ("", name) else [title])
     if isinstance(headings, str):
         headings = tuple(h for h in headings.split(" > ") if h)
     return " > ".join(parts + list(headings))
+
+
+@lru_cache(maxsize=4096)
+def _file_label(source: str) -> tuple[str, str]:
+    """(the file's name without its extension, separators as spaces; its name): once a file, not once a section."""
+    path = PurePosixPath(source)
+    return " ".join(re.sub(r"[_]+", " ", str(path.with_suffix("")) if path.suffix else source).split()), path.name
 
 
 def joined_headings(headings: tuple[str, ...]) -> str:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from ingest import remote
-from ingest.files import FileRef, Finished, Outcome
+from ingest.files import FileRef, Finished, Outcome, evolve
 from ingest.loaders import LoaderError, Unsupported, format_for_extension
 from ingest.loaders.ole import SIGNATURE as OLE_SIGNATURE, office_format
 from ingest.loaders.ooxml import SIGNATURE as ZIP_SIGNATURE, zip_format
@@ -179,14 +179,14 @@ def sniff(ref: FileRef, known: Entry | None, settings: str, max_file_mb: float) 
         return same
     ext = PurePosixPath(ref.source).suffix.lower()        # the name in the folder, not a followed link's target
     claimed = format_for_extension(ext)
-    guess = replace(ref, fmt=claimed or ext.lstrip(".") or "unknown")
+    guess = evolve(ref, fmt=claimed or ext.lstrip(".") or "unknown")
     try:
         fmt = detect_format(ref.path, ext)
     except Unsupported as exc:
         return Finished(guess, Outcome("skipped", str(exc)))
     except LoaderError as exc:
         return Finished(guess, Outcome("failed", str(exc)))
-    ref = replace(ref, fmt=fmt)
+    ref = evolve(ref, fmt=fmt)
     if claimed is not None and fmt != claimed:
         ref = replace(ref, warnings=(*ref.warnings, f"content is {LABELS[fmt]}; read as {fmt} despite the {ext} name"))
     if ref.size > max_file_mb * 1e6:

@@ -42,6 +42,16 @@ rows. A file that is skipped now but was ingested before (emptied, or a link now
 outside the folder) loses its rows and entry. A store that does not answer (Unreachable:
 server gone, timeout) raises StoreError and stops the run.
 
+NOTE (cache): the vector cache's rows (ingest/reuse.py: what the encoder made, what the store gave)
+are written by the writer processes, not by the supervisor (an SQLite row of 1.5 KB costs ~25 us
+of CPU, more than the supervisor's whole share of a chunk): `cache` gathers them and sends
+CACHE_ROWS at a time (`WriterPool.run`: `ingest.vector_cache.put_rows`, each process with its own
+connection; a store no other process may open: the writer's thread). The cache is never needed, so
+nothing waits for it: past MAX_CACHE_TASKS unanswered tasks (a slow disk, a busy store) rows are
+left out of the cache and counted (`cache_dropped`), a failed task is forgotten, and `flush` waits
+at most CACHE_WAIT_S for the last tasks; a stopped run loses those still queued. Rows are cached
+after the encoder made them, whether or not their file is then written, as before.
+
 NOTE (fencing): `Ledger.commit` asks the manifest to fence (a server collection: re-read the lease
 now) before it deletes a row or writes an entry; a lost lease raises LeaseLost (a StoreError)
 and the run stops with nothing deleted or recorded.
@@ -56,9 +66,10 @@ from typing import Callable
 
 import numpy as np
 
-from ingest.files import Finished
+from ingest.files import Finished, evolve
 from ingest.store.manifest import Entry, Manifest, record_cards
 from ingest.timeline import BusyClock, Timeline, shares
+from ingest.vector_cache import VectorCache, put_rows
 from ingest.store import StoreBase, StoreError
 from ingest.workers.failure import Failure
 from ingest.store.writers import (Ack, Batch, Batcher, InlineWriter, Refused, Segment, Unreachable, WriterPool,
@@ -69,6 +80,9 @@ FLUSH_ROWS = 8192           # Milvus Lite here: 245 us/row flushing every 512 ro
 FLUSH_FILES = 1024          # files per sealed group (their manifest entries, their report lines)
 MAX_IN_FLIGHT = 4           # unanswered batches per writer process before add() waits
 MAX_SEALED_FILES = 4 * FLUSH_FILES      # files sealed and not yet committed before add() waits
+CACHE_ROWS = 2048           # vector cache rows a writer-process task (NOTE: cache)
+MAX_CACHE_TASKS = 4         # such tasks unanswered; past them, rows are left out of the cache
+CACHE_WAIT_S = 30.0         # how long `flush` waits for the last ones
 
 
 class Writer:
@@ -101,6 +115,10 @@ class Writer:
         self._committing = False
         self._committer: threading.Thread | None = None
         self._error: StoreError | None = None    # what stopped the committer: raised to the run
+        self._cache: tuple[str, float, int] | None = None    # (path, max_mb, dim) of the vector cache fed
+        self._cache_rows: list[tuple[list[bytes], np.ndarray]] = []     # gathered, not yet sent; their count:
+        self._cache_count, self._cache_tasks = 0, []                    # and the tasks sent, unanswered
+        self.cache_dropped = 0               # vector cache rows left out (NOTE: cache)
 
     @property
     def seconds(self) -> float:
@@ -120,12 +138,21 @@ class Writer:
                 self._queue(Segment(ref.source, ref.fmt, ref.file_hash, start, tuple(texts), vectors))
             self._take_answers(self.processes * MAX_IN_FLIGHT)
             if last:
-                self.ledger.files.append(replace(file, pages=()))      # its text is in batches now
+                self.ledger.files.append(evolve(file, pages=()))      # its text is in batches now
                 self.on_accepted(file)
             if self.ledger.files and (len(self.ledger.files) >= FLUSH_FILES or self.rows_written - self._rows_at_flush >= FLUSH_ROWS
                                or time.monotonic() - self.last_flush > FLUSH_EVERY_S):
                 self._wait_committer(lambda: len(self._sealed) < MAX_SEALED_FILES)     # memory stays flat
                 self._seal()
+
+    def cache(self, cache: VectorCache, keys: list[bytes], vectors: np.ndarray) -> None:
+        """Rows for the vector cache, written by a writer process (NOTE: cache)."""
+        with self._lock:
+            self._cache = (str(cache.path), cache.max_mb, cache.dim)
+            self._cache_rows.append((keys, vectors))
+            self._cache_count += len(keys)
+            if self._cache_count >= CACHE_ROWS:
+                self._send_cache()
 
     def fail(self, file: Finished, error: str) -> None:
         """`file` fails while being written (its chunks could not be encoded): drop its rows."""
@@ -149,6 +176,9 @@ class Writer:
             if self.ledger.files:
                 self._seal()
             self._wait_committer(lambda: not (self._sealed or self._committing))
+            self._send_cache()
+            wait(self._cache_tasks, timeout=CACHE_WAIT_S)
+            self._cache_tasks = []
             self._stop_pool()
 
     def close(self) -> None:
@@ -191,11 +221,27 @@ class Writer:
         for batch in self._batcher.add(segment):
             self._submit(batch, self._group)
 
+    def _writers(self) -> WriterPool | InlineWriter:
+        self._pool = self._pool or (WriterPool(self.store.endpoint(), self.processes) if self.store.caps.hosted
+                                    else InlineWriter(self.store))
+        return self._pool
+
+    def _send_cache(self) -> None:
+        """Send the gathered cache rows to a writer process, or leave them out (NOTE: cache)."""
+        rows, self._cache_rows, self._cache_count = self._cache_rows, [], 0
+        if not rows:
+            return
+        self._cache_tasks = [f for f in self._cache_tasks if not f.done()]
+        if self._closed or len(self._cache_tasks) >= MAX_CACHE_TASKS:
+            self.cache_dropped += sum(len(keys) for keys, _ in rows)
+            return
+        data = np.concatenate([v for _, v in rows]).astype(np.float32, copy=False).tobytes()
+        self._cache_tasks.append(self._writers().run(put_rows, (*self._cache, tuple(k for p, _ in rows for k in p), data)))
+
     def _submit(self, batch: Batch, group: int) -> None:
         if self._closed:
             raise StoreError(f"the run stopped before {batch.rows} rows were written to {self.store.uri}")
-        pool = self._pool = self._pool or (WriterPool(self.store.endpoint(), self.processes) if self.store.caps.hosted
-                                           else InlineWriter(self.store))
+        pool = self._writers()
         self._batches.start()
         future = pool.submit(batch)
         future.add_done_callback(lambda _: self._batches.end())
@@ -299,7 +345,7 @@ class Writer:
                 with self._lock:
                     rows_s = [self._write_s.pop(f.ref.source, 0.0) for f in done]
                 for f, a, b in zip(done, commit_s, rows_s):
-                    self.on_written(replace(f, outcome=f.outcome.plus(write=a + b)))
+                    self.on_written(evolve(f, outcome=f.outcome.plus(write=a + b)))
                 with self._lock:
                     self._committing = False            # flush() returns after the last Written
                     self._changed.notify_all()

@@ -10,11 +10,23 @@ flight, and the encoder idled while their successors loaded (bench/pipeline.py: 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from ingest.files import Finished
     from ingest.load import Pages
+
+
+FILES_PER_WORKER = 32      # "auto" [run] max_files_in_flight: two full batches of small files a loader worker
+
+
+def files_in_flight(cfg: dict[str, Any]) -> int:
+    """[run] max_files_in_flight: "auto" keeps every worker of the largest loader pool busy with batches of small
+    files (ingest/load_batch.py) and one on its way, FILES_PER_WORKER a worker, at least 32."""
+    setting = cfg["run"]["max_files_in_flight"]
+    if setting != "auto":
+        return int(setting)
+    return max(32, FILES_PER_WORKER * max(int(cfg["loaders"][p]["workers"]) for p in ("txt", "pdf", "docx", "pptx")))
 
 
 class InFlight:

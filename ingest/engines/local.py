@@ -5,8 +5,9 @@ module each:
 
 NOTE (flow and shutdown protocol):
 - The main thread pulls the lazy scan as it dispatches files (each ends in `settle`; an unchanged
-  file with no unsettled file before it settles at once, without the pipeline) while fewer than [run]
-  max_files_in_flight are loading and fewer than max_chunks_in_flight chunks (each file counts at
+  file with no unsettled file before it settles at once, without the pipeline; small text files go
+  several to a loader task, sent when full or before the thread waits: ingest/load_batch.py NOTE)
+  while fewer than [run] max_files_in_flight are loading and fewer than max_chunks_in_flight chunks (each file counts at
   least 1) wait between loading and the writer's Accepted (it holds all their rows; it records
   them at its next flush, then posts Written). Pools return Futures whose done-callbacks post small frozen
   events on one queue that only this thread reads; every get has a timeout, after which it
@@ -37,10 +38,11 @@ from typing import Any, Iterator
 from ingest import load, ocr, remote
 from ingest.encode import EncodeStage
 from ingest.engines.events import Accepted, EncodeFailed, Event, LoadDone, OcrPageDone, PartWritten, Stop, Written
-from ingest.engines.inflight import InFlight, Ranged
+from ingest.engines.inflight import InFlight, Ranged, files_in_flight
 from ingest.engines.run import Run, RunError
 from ingest.engines.warm import loader_pools
 from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
+from ingest.load_batch import Batches, batchable
 from ingest.loaders import pool_for
 from ingest.sniff import unchanged
 from ingest.store import StoreError
@@ -58,12 +60,13 @@ class LocalRun(Run):
         super().__init__(cfg, *args, **kwargs)
         self.events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._pending: dict[int, load.Job | load.Pages] = {}     # dispatched, not yet finished
-        self._in_flight = InFlight(cfg["run"]["max_files_in_flight"])
+        self._in_flight = InFlight(files_in_flight(cfg))
         self._ranged = Ranged(self._in_flight, lambda fmt: cfg["loaders"][pool_for(fmt)]["workers"], self._load_range)
         self._reorder: Reorder[Finished] = Reorder(InFlight.most_files(
-            cfg["run"]["max_files_in_flight"], EncodeStage.most_chunks_ahead(cfg["run"]["max_chunks_in_flight"])))
+            self._in_flight.max_loading, EncodeStage.most_chunks_ahead(cfg["run"]["max_chunks_in_flight"])))
         self._total: int | None = None      # files pulled from the scan, once it is exhausted
         self.pools: Pools | None = None
+        self._batches: Batches | None = None  # small files waiting to go to a loader several to a task
         self._replaced = 0                  # pools replaced before this run (a warm pipeline's)
         self._reads = 0                     # the collection's reuse reads before this run (a warm pipeline's)
         self.stage: EncodeStage | None = None
@@ -75,6 +78,8 @@ class LocalRun(Run):
         cfg, col, self.timeline, pipe = self.cfg, self.col, Timeline(self.started), self.pipeline
         self.pools = pipe.loader_pools() if pipe else loader_pools(cfg)
         self._replaced = self.pools.replaced
+        self._batches = Batches(self.pools, self.loader_options, self.spec,
+                                lambda seq, result: self.events.put(LoadDone(seq, result)))
         self._reads = col.reuse.reads if col.reuse is not None else 0
         self.writer = (pipe.writer if pipe else Writer)(
             col.store, col.manifest, col.model.name, col.settings, cfg["store"]["batch_size"],
@@ -144,6 +149,8 @@ class LocalRun(Run):
                 self._dispatch(ref, problem)
             if in_flight.empty and not self._open and (exhausted or self.stopping.is_set()):
                 break
+            if self.events.empty():
+                self._batches.flush()           # nothing to do but wait: send what was gathered (load_batch NOTE)
             if (event := self._next_event(encode_thread)) is None:
                 try:
                     self.col.check_lease()          # another run took the collection over?
@@ -191,6 +198,9 @@ class LocalRun(Run):
         if job.old_hash and self.col.reuse is not None:
             self.col.reuse.expect(ref.source)         # its previous rows are read with others' (ingest/reuse.py)
         self.stage.start_pool()
+        if batchable(job.ref):
+            return self._batches.add(job.ref, job.known_hash)
+        self._batches.flush(pool_for(job.ref.fmt))     # its pool takes tasks in file order (load_batch NOTE)
         future = load.submit(self.pools, job.ref, self.loader_options, self.spec, job.known_hash)
         future.add_done_callback(lambda f: self.events.put(LoadDone(ref.seq, f.result())))
 
@@ -265,6 +275,7 @@ class LocalRun(Run):
         if not self.quiet:
             print(f"\n{self.signals.name}: stopping: writing what is already encoded, the rest is interrupted "
                   "(a second signal quits at once)", file=sys.stderr)
+        self._batches.clear()
         self.pools.stop()
         self._ranged.clear()
         for seq in sorted(self._pending):

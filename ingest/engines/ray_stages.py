@@ -35,7 +35,8 @@ from ingest.files import FileRef, Finished, Row
 from ingest.load import Job, import_plugins, init_loader_process
 from ingest.loaders import LoaderOptions, OcrOptions
 from ingest.model_ref import ModelRef
-from ingest.store import Endpoint, StoreBase, store_at
+from ingest.store import Endpoint, StoreBase
+from ingest.store.factory import store_at
 from ingest.store.manifest import Entry
 from ingest.timeline import Meter, shares
 from ingest.workers.encode import Pretokenized
@@ -176,7 +177,7 @@ def _parts(pieces: Iterator[Finished]) -> Iterator[Part]:
     held, index = None, 0
     for piece in pieces:
         meta = replace(piece, pages=())
-        for start, chunks, tokens, _ in file_parts(piece):
+        for start, chunks, tokens, _, _ in file_parts(piece):
             if held is not None:
                 yield held
             held = Part(meta, index, 0, start, tuple(chunks), tokens if chunks else None)

@@ -25,6 +25,7 @@ import shutil
 import sys
 import threading
 import time
+from dataclasses import replace
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
@@ -103,6 +104,8 @@ class Run:
                 raise RunError(error + unwritten) from None
             raise
         self.loader_options, self.ocr_options, self.spec = loader_options(cfg), ocr_options(cfg), chunk_spec(cfg, col.model)
+        if col.reuse is not None:               # the loaders make each chunk's reuse key (ingest/chunk.py)
+            self.spec = replace(self.spec, key_secret=col.reuse.secret)
         if cfg["limits"]["worker_memory_mb"]:
             # glibc reserves 64 MB of address space per malloc arena, up to 8 per core, and RLIMIT_AS
             # counts reservations: without a cap, an OCR worker on 16 cores fails every page.

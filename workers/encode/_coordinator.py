@@ -11,7 +11,6 @@ import traceback
 from collections import Counter, deque
 from dataclasses import replace
 from functools import partial
-from multiprocessing.connection import wait
 from typing import Any
 
 import numpy as np
@@ -21,7 +20,7 @@ from ..limits import usable_cores
 from ._batches import Batch, Window, describe
 from ._messages import (BatchPlan, DevicesFound, EncodeError, EncodeTask, TaskDone, TaskFailed, TaskStarted,
                         WorkerReady, WorkerSpec)
-from ._pipes import WakePipe
+from ._pipes import Poller, WakePipe
 from ._process import EncodeProcess
 from ._stream import EncodeRun
 from ._shapes import bucket_by_length, make_plan
@@ -53,6 +52,7 @@ class Coordinator:
         self._with_texts = fault_hook_active()
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = WakePipe()                              # closed by the coordinator thread as it ends
+        self._poller = Poller()
         self._runs: list[EncodeRun] = []
         self._ready: deque[Batch] = deque()
         self._next_id = 0
@@ -355,7 +355,7 @@ class Coordinator:
                 if not run.cut and (due := run.stall_deadline()) is not None:
                     until = min(until, due)
         handles = [w.results for w in self.workers] + [w.process.sentinel for w in self.workers]
-        wait(handles + [self._wake], max(0.0, until - now) + 0.001)
+        self._poller.wait(handles + [self._wake], max(0.0, until - now) + 0.001)
 
     def _break(self, error: EncodeError) -> None:
         """The pool cannot go on: fail every run, wake every waiter."""

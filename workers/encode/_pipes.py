@@ -11,7 +11,9 @@ a message (hung, stopped, starved) cannot block the coordinator, whose deadlines
 """
 from __future__ import annotations
 
+import math
 import os
+import select
 import struct
 import threading
 from multiprocessing.connection import Connection
@@ -57,6 +59,26 @@ class WakePipe:
                 self._closed = True
                 os.close(self._read)
                 os.close(self._write)
+
+
+class Poller:
+    """multiprocessing.connection.wait without its new selector and registrations on every call: the
+    coordinator sleeps a few thousand times a run. The descriptors are registered again only when they
+    change (a number is polled as whatever it names now: _pipes NOTE)."""
+
+    def __init__(self) -> None:
+        self._fds: tuple[int, ...] = ()
+        self._poll = select.poll()
+
+    def wait(self, handles: list[Any], timeout_s: float) -> None:
+        """Until one of `handles` (descriptors, or objects with fileno()) is readable or closed, or the timeout."""
+        fds = tuple(h if isinstance(h, int) else h.fileno() for h in handles)
+        if fds != self._fds:
+            self._poll = select.poll()
+            for fd in fds:
+                self._poll.register(fd, select.POLLIN)
+            self._fds = fds
+        self._poll.poll(math.ceil(timeout_s * 1000))
 
 
 class MessageReader:

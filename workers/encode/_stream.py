@@ -11,6 +11,13 @@ bounded: at most `max_windows` windows exist between being cut and being taken b
 caller (the reorder buffer's capacity), and the feeder blocks on a bounded inbox, so an
 input larger than RAM is consumed lazily.
 
+NOTE (wake-ups): the feeder wakes the coordinator when a group arrives while the coordinator holds no
+text (its wait, STALL_S, starts now), once a window's worth has arrived since the last wake-up, and at the
+end of the input; not for every group (a document pipeline's groups are files: a wake-up each cost the
+coordinator a pass per file). Texts that arrive while it holds some are taken at its next pass, which
+comes within STALL_S (the stall deadline), and a pass that finds texts waiting in the inbox with room for
+them takes them at once (`stall_deadline`), so a read of `_pending_texts` that is stale costs nothing.
+
 NOTE (stop): a run given a `stop` Event is cut short once it is set (the coordinator notices within
 its ~0.5 s sleep): what is not yet on a worker (the inbox, texts not yet cut, windows tokenizing,
 batches queued) is dropped, and only the batches a worker is running that complete their window
@@ -53,10 +60,12 @@ class EncodeRun:
         self._results: queue.Queue = queue.Queue()        # windows' rows in order, None, or an error
         self._error: BaseException | None = None
         self._input_done = threading.Event()
+        self._unannounced = 0                # feeder-only: texts put since the coordinator was last woken
         self._slots_lock = threading.Lock()
         self._free_slots = max_windows
         # coordinator-only state
-        self._pending: deque[tuple[str, np.ndarray | None]] = deque()    # (text, its ids if pretokenized)
+        self._pending: deque[_Segment] = deque()    # texts not yet cut into windows, a group's at a time
+        self._pending_texts = 0
         self._oldest = 0.0                   # arrival time of the oldest pending text
         self._input_ended = False
         self._cut = 0                        # texts cut into windows so far
@@ -72,21 +81,23 @@ class EncodeRun:
                 if self.stopped:
                     return
                 if isinstance(texts, Pretokenized):
-                    ends = np.cumsum(texts.lengths)
-                    if len(texts.lengths) != len(texts.texts) or (ends[-1] if len(ends) else 0) != len(texts.ids):
+                    lengths = np.asarray(texts.lengths, dtype=np.int32)
+                    total = int(lengths.sum()) if len(lengths) else 0
+                    if len(lengths) != len(texts.texts) or total != len(texts.ids):
                         raise ValueError(f"group {key!r}: Pretokenized lengths do not match its texts and ids")
-                    items = list(zip(texts.texts, np.split(texts.ids, ends[:-1]) if len(ends) else []))
+                    segment = _Segment(list(texts.texts), np.asarray(texts.ids, dtype=np.int32), lengths)
                 else:
                     texts = texts if isinstance(texts, (list, tuple)) else list(texts)
                     for i, text in enumerate(texts):
                         if not isinstance(text, str):
                             where = f"text {seen + i}" if key is None else f"text {i} of group {key!r}"
                             raise TypeError(f"{where} is {type(text).__name__}, not str")
-                    items = [(text, None) for text in texts]
-                seen += len(items)
-                self._layout.append((key, len(items)))
-                if items and not self.cut:
-                    self._put((time.monotonic(), items))
+                    segment = _Segment(list(texts), None, None)
+                n = len(segment.texts)
+                seen += n
+                self._layout.append((key, n))
+                if n and not self.cut:
+                    self._put((time.monotonic(), segment))
                 else:
                     self._results.put(None)          # lets the caller yield the group now
             self._put(_END)
@@ -97,12 +108,17 @@ class EncodeRun:
             self._results.put(None)
 
     def _put(self, item: Any) -> None:
+        """Into the inbox; the coordinator is woken only when it has something to do (NOTE: wake-ups)."""
+        texts = 0 if item is _END else len(item[1].texts)
         while not (self.stopped or self.cut):
             try:
                 self._inbox.put(item, timeout=0.25)
             except queue.Full:
                 continue
-            self._wake()
+            self._unannounced += texts
+            if item is _END or self._unannounced >= self.window_size or not self._pending_texts:
+                self._unannounced = 0
+                self._wake()
             return
 
     # -- coordinator thread ----------------------------------------------------------
@@ -110,6 +126,7 @@ class EncodeRun:
         """The stop is set: cut nothing more; the texts not yet in a window are dropped (NOTE: stop)."""
         self.cut = True
         self._pending.clear()
+        self._pending_texts = 0
 
     def drain(self) -> None:
         """Cut short, and no batch of this run is running: the caller gets None for every group left."""
@@ -119,7 +136,7 @@ class EncodeRun:
     def next_window(self, now: float) -> tuple[int, int, list[str], tuple[np.ndarray, np.ndarray] | None] | None:
         """(window number, run index of its first text, texts, (flat ids, lengths) if every text
         came pretokenized else None) if one is due and may be cut."""
-        while len(self._pending) < self.window_size and not self._input_ended:
+        while self._pending_texts < self.window_size and not self._input_ended:
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
@@ -129,20 +146,30 @@ class EncodeRun:
             else:
                 if not self._pending:
                     self._oldest = item[0]
-                self._pending.extend(item[1])
-        if not self._pending or not (len(self._pending) >= self.window_size or self._input_ended
+                self._pending.append(item[1])
+                self._pending_texts += len(item[1].texts)
+        if not self._pending or not (self._pending_texts >= self.window_size or self._input_ended
                                      or now - self._oldest >= STALL_S):
             return None
         with self._slots_lock:
             if not self._free_slots:
                 return None
             self._free_slots -= 1
-        items = [self._pending.popleft() for _ in range(min(self.window_size, len(self._pending)))]
-        texts = [text for text, _ in items]
+        parts, need = [], min(self.window_size, self._pending_texts)
+        while need:
+            head = self._pending[0]
+            if len(head.texts) <= need:
+                parts.append(self._pending.popleft())
+            else:
+                part, self._pending[0] = head.cut(need)
+                parts.append(part)
+            need -= len(parts[-1].texts)
+        self._pending_texts -= sum(len(p.texts) for p in parts)
+        texts = [t for p in parts for t in p.texts] if len(parts) > 1 else parts[0].texts
         tokens = None
-        if all(ids is not None for _, ids in items):
-            arrays = [ids for _, ids in items]
-            tokens = (np.concatenate(arrays), np.fromiter(map(len, arrays), dtype=np.int32, count=len(arrays)))
+        if all(p.ids is not None for p in parts):
+            tokens = (np.concatenate([p.ids for p in parts]) if len(parts) > 1 else parts[0].ids,
+                      np.concatenate([p.lengths for p in parts]) if len(parts) > 1 else parts[0].lengths)
         cut = (self._windows, self._cut, texts, tokens)
         self._windows += 1
         self._cut += len(texts)
@@ -152,6 +179,8 @@ class EncodeRun:
         """When the pending texts are due as a partial window (None: nothing to wait for)."""
         with self._slots_lock:
             free = self._free_slots > 0
+        if free and self._pending_texts < self.window_size and not self._input_ended and not self._inbox.empty():
+            return 0.0                       # texts the feeder did not announce (NOTE: wake-ups): take them now
         return self._oldest + STALL_S if self._pending and free else None
 
     def window_done(self, number: int, rows: np.ndarray) -> None:
@@ -216,6 +245,23 @@ class EncodeRun:
         finally:
             self.stopped = True
             self._wake()
+
+
+class _Segment:
+    """Consecutive texts of one group not yet cut into a window: the texts, and their flat ids and lengths when
+    they came pretokenized (the coordinator slices arrays, never a text at a time)."""
+    __slots__ = ("texts", "ids", "lengths")
+
+    def __init__(self, texts: list[str], ids: np.ndarray | None, lengths: np.ndarray | None):
+        self.texts, self.ids, self.lengths = texts, ids, lengths
+
+    def cut(self, n: int) -> tuple[_Segment, _Segment]:
+        """The first n texts, and the rest."""
+        if self.ids is None:
+            return _Segment(self.texts[:n], None, None), _Segment(self.texts[n:], None, None)
+        split = int(self.lengths[:n].sum())
+        return (_Segment(self.texts[:n], self.ids[:split], self.lengths[:n]),
+                _Segment(self.texts[n:], self.ids[split:], self.lengths[n:]))
 
 
 class _Rows:

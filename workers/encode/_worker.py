@@ -218,8 +218,8 @@ def main(spec: WorkerSpec, inbox: Connection, outbox: Connection) -> None:
     try:
         device = _resolve_device(spec, outbox)
         where = f"encode worker {device}"
-        runner = (_Runner(spec, device) if spec.backend == "torch" else NullRunner(spec) if spec.backend == "null"
-                  else OnnxRunner(spec))
+        runner = (_Runner(spec, device) if spec.backend == "torch"
+                  else NullRunner(spec) if spec.backend in ("null", "stub") else OnnxRunner(spec))
         for task in warm_up_tasks(spec, device, runner.max_seq_length):
             runner.collect(runner.launch(task))  # first-call costs count as start-up
     except BaseException as exc:

@@ -1,0 +1,136 @@
+"""The supervisor's per-file path (issue 44): small files batched to the loaders (a crash or a hang costs only
+its file), the reuse keys made in the loader, the vector cache written by the writer processes (the stub
+backend), values pickled by columns, and the encode pool fed groups as arrays, in order."""
+from __future__ import annotations
+
+import json
+import pickle
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import cli_env
+
+from ingest.api import EncodePool, Pretokenized
+from ingest.chunk import ChunkSpec, PageChunks, page_chunks
+from ingest.files import FileRef, Outcome, evolve
+from ingest.model_ref import resolve_model
+from ingest.reuse import group_keys
+from ingest.store.rows import Row
+from ingest.store.writers import Batch, Segment
+
+MODEL = resolve_model("default")
+WORDS = "river mountain engine harbour lantern orchard copper glacier violin meadow falcon circuit".split()
+
+
+def paragraphs(seed: int, n: int) -> str:
+    rng = np.random.default_rng(seed)
+    return "\n\n".join(" ".join(rng.choice(WORDS, size=120)) + "." for _ in range(n))
+
+
+def cli(args: list[str], cwd: Path, timeout: float = 300, **env: str) -> tuple[int, str, dict | None]:
+    proc = subprocess.run([sys.executable, "-m", "ingest.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**cli_env(), **env})
+    report = cwd / "report.json"
+    return proc.returncode, proc.stderr, json.loads(report.read_text()) if report.exists() else None
+
+
+def test_a_crash_and_a_hang_in_a_batch_of_small_files_cost_only_their_own_files(work: Path) -> None:
+    """20 small files of a plugin's format, batched 16 to a task (INGEST_BATCH_FORMATS): the batch holding a
+    file that kills its worker and one that hangs fails whole, and is sent again file by file; only those two
+    fail, each with its own reason, and every other file is ingested."""
+    for i in range(20):
+        text = "CRASH" if i == 3 else "HANG" if i == 7 else paragraphs(i, 2)
+        (work / "docs" / f"f{i:02d}.crashtxt").write_text(text)
+    (work / "config.toml").write_text('[loaders]\nplugins = ["txt_crash_loader"]\n[loaders.txt]\nworkers = 1\n'
+                                      'timeout_s = 4\n')
+    started = time.monotonic()
+    rc, err, report = cli(["run", "docs", "--store", "null://", "--backend", "null", "--report", "report.json",
+                           "--quiet", "--config", "config.toml"], work, INGEST_BATCH_FORMATS="crashtxt")
+    assert rc == 1, err[-2000:]
+    files = {f["path"]: f for f in report["files"]}
+    failed = {p: f["error"] for p, f in files.items() if f["status"] != "ingested"}
+    assert set(failed) == {"f03.crashtxt", "f07.crashtxt"}, failed
+    assert "retried once in a fresh worker" in failed["f03.crashtxt"]
+    assert "timeout after 4 s" in failed["f07.crashtxt"]
+    assert sum(f["status"] == "ingested" for f in files.values()) == 18
+    assert time.monotonic() - started < 120
+
+
+def test_the_stub_backend_fills_the_vector_cache_from_the_writers_and_a_copy_reuses_it(work: Path) -> None:
+    """With the stub backend (null's vectors taken as a model's) the vector cache beside the store gets every
+    chunk's row from the writer processes, replacing a cache file of the old layout (a WITHOUT ROWID table);
+    a copy of the folder into another collection takes every vector from it and encodes nothing."""
+    for i in range(6):
+        (work / "docs" / f"doc{i}.txt").write_text(paragraphs(i, 3))
+    cache = work / "store.db.vectors.sqlite"
+    with sqlite3.connect(cache) as con:           # an older ingest's cache: rebuilt in the new layout
+        con.execute("CREATE TABLE vectors (key BLOB PRIMARY KEY, vec BLOB NOT NULL, used REAL NOT NULL) WITHOUT ROWID")
+        con.execute("INSERT INTO vectors VALUES (x'00', x'00', 0)")
+    base = ["--store", str(work / "store.db"), "--backend", "stub", "--report", "report.json", "--quiet"]
+    rc, err, report = cli(["run", "docs", *base], work)
+    assert rc == 0, err[-2000:]
+    chunks = report["totals"]["chunks"]
+    assert chunks >= 6 and report["totals"]["encoded_chunks"] == chunks
+    with sqlite3.connect(cache) as con:
+        (sql,) = con.execute("SELECT sql FROM sqlite_master WHERE name = 'vectors'").fetchone()
+        (rows,) = con.execute("SELECT count(*) FROM vectors").fetchone()
+    assert "WITHOUT ROWID" not in sql.upper() and rows == chunks
+    rc, err, report = cli(["run", "docs", *base, "--collection", "copy"], work)
+    assert rc == 0, err[-2000:]
+    assert report["totals"]["reused_chunks"] == chunks and report["totals"]["encoded_chunks"] == 0
+
+
+def test_the_keys_a_loader_makes_are_the_supervisors() -> None:
+    secret = b"s" * 32
+    spec = ChunkSpec(MODEL.tokenizer_file, MODEL.max_seq_length, 40, 8, key_secret=secret)
+    page = page_chunks(1, paragraphs(3, 4), spec)
+    assert len(page.chunks) > 3 and len(page.keys) == 16 * len(page.chunks)
+    expected = group_keys(secret, Pretokenized(list(page.chunks), page.ids, page.lengths))
+    assert [page.keys[i:i + 16] for i in range(0, len(page.keys), 16)] == expected
+    assert page_chunks(1, paragraphs(3, 4), replace(spec, key_secret=b"")).keys == b""
+
+
+def test_pickled_by_columns_the_values_come_back_equal() -> None:
+    page = PageChunks(2, ("a", "b c"), np.arange(6, dtype=np.int32), np.array([2, 4], np.int32), "T", 1, 3, "H > I",
+                      "table", ("1,2,3,4", "5,6,7,8"), 1, "'x'", b"k" * 32)
+    back = pickle.loads(pickle.dumps(page))
+    assert {k: v for k, v in vars(back).items() if k not in ("ids", "lengths")} == \
+        {k: v for k, v in vars(page).items() if k not in ("ids", "lengths")}
+    assert back.ids.tolist() == page.ids.tolist() and back.lengths.tolist() == page.lengths.tolist()
+    rows = tuple(Row(p, f"text {p}", "T", "H", "text", "", "ctx") for p in (None, 1, 2))
+    segment = Segment("a/b.txt", "txt", "h" * 64, 5, rows, np.arange(12, dtype=np.float32).reshape(3, 4))
+    (got,) = pickle.loads(pickle.dumps(Batch((segment,)))).segments
+    assert (got.source, got.fmt, got.file_hash, got.start, got.chunks) == ("a/b.txt", "txt", "h" * 64, 5, rows)
+    assert got.vectors.dtype == np.float32 and got.vectors.tolist() == segment.vectors.tolist()
+    empty = pickle.loads(pickle.dumps(Segment("c.txt", "txt", "h", 0, (), np.zeros((0, 4), np.float32))))
+    assert empty.chunks == () and empty.vectors.shape == (0, 4)
+
+
+def test_evolve_is_replace_without_its_cost() -> None:
+    ref = FileRef(3, "a.txt", "/x/a.txt", 10, 20)
+    assert evolve(ref, fmt="txt") == replace(ref, fmt="txt") and ref.fmt == ""
+    assert evolve(Outcome("ingested", chunks=2), status="failed").status == "failed"
+    with pytest.raises(TypeError):
+        evolve(ref, nonsense=1)
+
+
+def test_many_small_groups_come_back_in_order_and_whole() -> None:
+    """Groups of 0-3 texts, a document pipeline's small files, through the pool as arrays: each group's rows
+    come back in order (the feeder wakes the coordinator only when it must: workers/encode/_stream.py NOTE)."""
+    rng = np.random.default_rng(1)
+    sizes = rng.integers(0, 4, size=600)
+    with EncodePool(backend="null", pretokenized=True) as pool:
+        def groups():
+            for key, n in enumerate(sizes):
+                lengths = rng.integers(3, 40, size=n).astype(np.int32)
+                yield key, Pretokenized([f"t{key}-{i}" for i in range(n)], np.ones(int(lengths.sum()), np.int32),
+                                        lengths)
+        out = [(key, rows.shape) for key, rows in pool.encode_groups(groups())]
+    assert [k for k, _ in out] == list(range(len(sizes)))
+    assert [s[0] for _, s in out] == sizes.tolist() and all(s[1] == 384 for _, s in out if s[0])

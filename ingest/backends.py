@@ -7,8 +7,9 @@
     null       no model: constant unit vectors of the model's dimension, to measure the host
                pipeline (loading, chunking, writing) without the model's cost (bench/feed.py); its
                vectors are never cached nor reused from the store
-    stub       null's vectors taken as a model's: cached and reused like a real backend's, so the host
-               does all it does in a GPU run at no model cost (bench/feed.py --backend stub)
+    stub       null's vectors taken as a model's: cached and reused like a real backend's, in a GPU's
+               batches, so the host does all it does in a GPU run at no model cost (bench/feed.py
+               --backend stub)
     auto       a collection's own backend; for a new collection torch on a host with an NVIDIA
                GPU, else the fastest exact backend measured at export (never int8: see choose)
 

@@ -39,7 +39,7 @@ from ingest.files import INTERRUPTED, Finished, Row, evolve
 from ingest.model_ref import ModelRef
 from ingest.reuse import Plan, Reuse, fingerprint
 from ingest.timeline import Meter, Timeline
-from ingest.workers.encode import WINDOW_MAX, WINDOW_MIN, Pretokenized
+from ingest.workers.encode import GPU_BATCH, GPU_TOKENS, WINDOW_MAX, WINDOW_MIN, Pretokenized
 from ingest.write import Writer
 
 if TYPE_CHECKING:
@@ -261,8 +261,10 @@ def make_pool(model: ModelRef, settings: dict[str, Any]) -> EncodePool:
     from ingest.encode_pool import EncodePool
 
     m = settings
-    return EncodePool(model, devices=m["devices"], batch_size=_auto(m["batch_size"]),
-                      max_batch_tokens=_auto(m["max_batch_tokens"]), dtype=_auto(m["dtype"]),
+    gpu = m["backend"] == "stub"        # it stands for a GPU run's host: a GPU's batches and windows when "auto"
+    return EncodePool(model, devices=m["devices"], batch_size=_auto(m["batch_size"]) or (GPU_BATCH if gpu else None),
+                      max_batch_tokens=_auto(m["max_batch_tokens"]) or (GPU_TOKENS if gpu else None),
+                      dtype=_auto(m["dtype"]),
                       tokenizer_workers=_auto(m["tokenizer_workers"]), timeout_s=m["timeout_s"],
                       max_attempts=m["max_attempts"], backend=m["backend"], compile=m["compile"], pretokenized=True,
                       batch_shapes=m["batch_shapes"], warm_up=m["warm_up"])

@@ -9,14 +9,14 @@ from langchain_tests.integration_tests import EmbeddingsIntegrationTests
 from langchain_tests.unit_tests import EmbeddingsUnitTests
 
 from ingest.api import EncodePool, IngestEmbeddings
-from ingest.backends import BACKENDS, ensure_export
+from ingest.backends import BACKENDS, MODEL_FREE, ensure_export
 from ingest.model_ref import resolve_model
 
 _pools: dict[str, EncodePool] = {}
 
 
 def _pool(backend: str) -> EncodePool:
-    if backend not in ("torch", "null"):
+    if backend != "torch" and backend not in MODEL_FREE:      # no export to make or guard
         entry = ensure_export(resolve_model())[backend]
         if not entry["ok"]:                 # the guard decides per CPU (test_onnx.guarded)
             pytest.skip(f"{backend} refused by its guard on this CPU: {entry['reason']}")

@@ -25,6 +25,7 @@ from ingest.store.manifest import manifest_path
 SAMPLES = TESTS.parent / "samples"
 OCTOPUS = "mascot-deck.pptx"
 FILES = 2500
+SLOW = 6                 # of them, .slowtxt files (tests/fault_loaders.py): a second each
 
 
 def rows_of(uri: str, collection: str = "documents") -> list[tuple[str, str]]:
@@ -115,8 +116,11 @@ def test_resume_after_sigkill_and_stop_on_sigterm(tmp_path, request, store) -> N
     uri = pg.database("faults") if pg else f"lancedb://{tmp_path / 'lance'}"
     docs = tmp_path / "docs"
     docs.mkdir()
-    for i in range(FILES):       # more than one commit's worth (FLUSH_FILES)
+    for i in range(FILES - SLOW):       # more than one commit's worth (FLUSH_FILES)
         (docs / f"n{i:04}.txt").write_text(f"note {i}: " + "words of a short note. " * 60)
+    for i in range(SLOW):               # last in order, a second each to load: the kill lands mid-run, however
+        (docs / f"z{i}.slowtxt").write_text(f"slow note {i}: " + "words of a short note. " * 60)  # fast the rest
+    (tmp_path / "config.toml").write_text('[loaders]\nplugins = ["fault_loaders"]\n[loaders.txt]\nworkers = 1\n')
     for collection, signum, code in (("killed", signal.SIGKILL, -9), ("stopped", signal.SIGTERM, 143)):
         proc = subprocess.Popen([sys.executable, "-m", "ingest.cli", "run", "docs", "--store", uri, "--backend", "null",
                                  "--collection", collection, "--report", "report.json", "--quiet"], cwd=tmp_path,

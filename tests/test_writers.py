@@ -22,7 +22,8 @@ from test_server_uri import run_on
 # 5 s) record files mid-run; the rows' ids, which these tests compare, do not depend on the vectors.
 WRITERS = ('[model]\nbackend = "null"\n[chunking]\nchunk_tokens = 24\noverlap_tokens = 4\n[run]\n'
            'max_files_in_flight = 4\n[store]\nwriters = 2\nbatch_size = 4\ntimeout_s = 20\n'
-           '[loaders]\nplugins = ["fault_loaders"]\n')
+           '[loaders]\nplugins = ["fault_loaders"]\n[loaders.txt]\nworkers = 1\n')   # one slow file at a time: the
+#                                                  kills land mid-run (the null backend would load on every core)
 
 
 def _columns(n: int, dim: int = 8):

@@ -63,11 +63,11 @@ import numpy as np
 from ._coordinator import Coordinator
 from ._messages import BatchPlan, EncodeError, Pretokenized, WorkerSpec
 from ._process import plan_devices
-from ._shapes import SHAPES
+from ._shapes import GPU_BATCH, GPU_TOKENS, SHAPES
 from ._stream import EncodeRun
 from ._tokenize import load_tokenizer
 
-__all__ = ["BatchPlan", "EncodeEngine", "EncodeError", "Pretokenized", "SHAPES", "WorkerSpec", "load_tokenizer",
+__all__ = ["BatchPlan", "EncodeEngine", "EncodeError", "GPU_BATCH", "GPU_TOKENS", "Pretokenized", "SHAPES", "WorkerSpec", "load_tokenizer",
            "plan_devices"]
 
 # Texts per window (the span sorted by length): 8 batches, at least 512 (longer spans pad less on

@@ -53,7 +53,6 @@ class Batches:
                  on_result: Callable[[int, Loaded | Failure], None]):
         self.pools, self.options, self.spec, self.on_result = pools, options, spec, on_result
         self._waiting: dict[str, list[tuple[FileRef, str]]] = {}
-        self.tasks = 0                              # tasks sent (batches and single files)
 
     def add(self, ref: FileRef, known_hash: str) -> None:
         """Queue a batchable file; send its pool's batch once full."""
@@ -77,7 +76,6 @@ class Batches:
         self._waiting.clear()
 
     def _send(self, pool: str, files: list[tuple[FileRef, str]]) -> None:
-        self.tasks += 1
         if len(files) == 1:
             self._alone(*files[0])
             return

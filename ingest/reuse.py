@@ -69,11 +69,6 @@ def fingerprint(model: ModelRef, backend: str, settings: dict[str, Any]) -> str:
                        "max_seq_length": model.max_seq_length}, sort_keys=True)
 
 
-def group_keys(secret: bytes, tokens: Pretokenized) -> list[bytes]:
-    """Each chunk's key: its token ids hashed under the settings' digest (ingest.chunk.chunk_keys)."""
-    return chunk_keys(secret, tokens.ids, tokens.lengths)
-
-
 @dataclass(eq=False)
 class Plan:
     """One group of a file's chunks: which take a vector found already, which go to the encoder, which wait
@@ -153,7 +148,7 @@ class Reuse:
         """Where each of the group's vectors comes from (NOTE); the misses' keys are marked as on their way.
         `keys`: the chunks' keys as the loader made them (None: made here)."""
         if keys is None:
-            keys = group_keys(self._secret, tokens) if len(tokens) else []
+            keys = chunk_keys(self._secret, tokens.ids, tokens.lengths) if len(tokens) else []
         plan = Plan(part, keys)
         memo, inflight = self._memo, self._inflight
         todo: list[int] = []

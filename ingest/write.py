@@ -48,8 +48,8 @@ of CPU, more than the supervisor's whole share of a chunk): `cache` gathers them
 CACHE_ROWS at a time (`WriterPool.run`: `ingest.vector_cache.put_rows`, each process with its own
 connection; a store no other process may open: the writer's thread). The cache is never needed, so
 nothing waits for it: past MAX_CACHE_TASKS unanswered tasks (a slow disk, a busy store) rows are
-left out of the cache and counted (`cache_dropped`), a failed task is forgotten, and `flush` waits
-at most CACHE_WAIT_S for the last tasks; a stopped run loses those still queued. Rows are cached
+left out of the cache, a failed task is forgotten, and `flush` waits at most CACHE_WAIT_S for the
+last tasks (less if the run stops meanwhile); a stopped run loses those still queued. Rows are cached
 after the encoder made them, whether or not their file is then written, as before.
 
 NOTE (fencing): `Ledger.commit` asks the manifest to fence (a server collection: re-read the lease
@@ -118,7 +118,6 @@ class Writer:
         self._cache: tuple[str, float, int] | None = None    # (path, max_mb, dim) of the vector cache fed
         self._cache_rows: list[tuple[list[bytes], np.ndarray]] = []     # gathered, not yet sent; their count:
         self._cache_count, self._cache_tasks = 0, []                    # and the tasks sent, unanswered
-        self.cache_dropped = 0               # vector cache rows left out (NOTE: cache)
 
     @property
     def seconds(self) -> float:
@@ -177,7 +176,9 @@ class Writer:
                 self._seal()
             self._wait_committer(lambda: not (self._sealed or self._committing))
             self._send_cache()
-            wait(self._cache_tasks, timeout=CACHE_WAIT_S)
+            deadline = time.monotonic() + CACHE_WAIT_S      # the last cache rows, unless the run stops first
+            while self._cache_tasks and not self._closed and time.monotonic() < deadline:
+                self._cache_tasks = list(wait(self._cache_tasks, timeout=0.5).not_done)
             self._cache_tasks = []
             self._stop_pool()
 
@@ -233,7 +234,6 @@ class Writer:
             return
         self._cache_tasks = [f for f in self._cache_tasks if not f.done()]
         if self._closed or len(self._cache_tasks) >= MAX_CACHE_TASKS:
-            self.cache_dropped += sum(len(keys) for keys, _ in rows)
             return
         data = np.concatenate([v for _, v in rows]).astype(np.float32, copy=False).tobytes()
         self._cache_tasks.append(self._writers().run(put_rows, (*self._cache, tuple(k for p, _ in rows for k in p), data)))

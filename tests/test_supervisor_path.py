@@ -17,10 +17,9 @@ import pytest
 from conftest import cli_env
 
 from ingest.api import EncodePool, Pretokenized
-from ingest.chunk import ChunkSpec, PageChunks, page_chunks
+from ingest.chunk import ChunkSpec, PageChunks, chunk_keys, page_chunks
 from ingest.files import FileRef, Outcome, evolve
 from ingest.model_ref import resolve_model
-from ingest.reuse import group_keys
 from ingest.store.rows import Row
 from ingest.store.writers import Batch, Segment
 
@@ -91,7 +90,7 @@ def test_the_keys_a_loader_makes_are_the_supervisors() -> None:
     spec = ChunkSpec(MODEL.tokenizer_file, MODEL.max_seq_length, 40, 8, key_secret=secret)
     page = page_chunks(1, paragraphs(3, 4), spec)
     assert len(page.chunks) > 3 and len(page.keys) == 16 * len(page.chunks)
-    expected = group_keys(secret, Pretokenized(list(page.chunks), page.ids, page.lengths))
+    expected = chunk_keys(secret, np.array(page.ids), np.array(page.lengths))     # as Reuse.plan makes them
     assert [page.keys[i:i + 16] for i in range(0, len(page.keys), 16)] == expected
     assert page_chunks(1, paragraphs(3, 4), replace(spec, key_secret=b"")).keys == b""
 

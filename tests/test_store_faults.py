@@ -15,7 +15,8 @@ from test_incremental import SENTENCES
 from test_server_uri import run_on
 
 CONFIG = ('[model]\nbackend = "null"\n[chunking]\nchunk_tokens = 24\noverlap_tokens = 4\n[run]\nmax_files_in_flight = 2\n'
-          '[store]\ntimeout_s = 5\n[loaders]\nplugins = ["fault_loaders"]\n')
+          '[store]\ntimeout_s = 5\n[loaders]\nplugins = ["fault_loaders"]\n[loaders.txt]\nworkers = 1\n')
+# one slow file at a time: the faulty run must still be writing when the first rows (its first seal) appear
 
 
 def _docs(work: Path) -> None:

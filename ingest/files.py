@@ -89,6 +89,8 @@ class Outcome:
     junk: int = 0                      # chunks skipped as non-language text (base64, hex, binary)
     encoded: int | None = None         # chunks the encoder embedded for it (None: an engine that does not count: all)
     reused: int = 0                    # chunks that took a vector already made (ingest/reuse.py)
+    cpu_s: float = 0.0                 # ingested or empty: its loaders' and OCR's CPU seconds
+    read_pages: int = 0                # ingested or empty: the pages its loaders read
 
     @property
     def seconds(self) -> float:

@@ -23,6 +23,7 @@ from ingest.outputs import tmp_path
 TOP_N = 10
 LISTED = 100
 LISTS = ("failed", "empty", "skipped")
+CPU = (("cpu_s", "s"), ("cpu_per_file_ms", "ms a file"), ("cpu_per_pdf_page_ms", "ms a PDF page"))   # totals, units
 COLORS = {"load": "#4e79a7", "ocr": "#f28e2b", "chunk": "#59a14f", "encode": "#e15759", "write": "#9c6ade"}
 STATUS_COLORS = {"ingested": "#2e7d32", "empty": "#757575", "unchanged": "#4e79a7", "skipped": "#b7791f",
                  "failed": "#c62828"}
@@ -119,6 +120,7 @@ def _summary(t: dict[str, Any]) -> str:
              *((f"chunks {k}", f"{t[f'{k}_chunks']:,}") for k in ("encoded", "reused") if f"{k}_chunks" in t),
              ("seconds", _num(t.get("seconds", 0))), ("exit code", str(t.get("exit_code", "")))]
     cards += [(f"{k} chunks/s", _num(v)) for k, v in t.get("chunks_per_s", {}).items()]
+    cards += [(f"CPU {unit}", _num(t[k])) for k, unit in CPU if t.get(k) is not None]
     rows = "".join(f'<div class="card"><div class="v">{escape(v)}</div><div class="k">{escape(k)}</div></div>'
                    for k, v in cards)
     notes = [f'<p class="bad">stopped: {escape(str(stop))}</p>' if stop else "<p>The run finished.</p>"]

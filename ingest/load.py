@@ -1,27 +1,24 @@
-"""The load step: one task per file in the loader pool of its format (a big file's other parts: range
-tasks). In the worker (`load_file`), the file is hashed, its format's loader yields pages and the
-chunker cuts their text; pages without a usable text layer are only listed, for the OCR fan-out.
-In the dispatcher's thread, `Pages` gathers each part's pages and OCR pages and hands the file on
-in parts, in order (`Finished` values; the last carries the outcome). A worker task returns a
-result or a Failure value: exceptions never cross the process boundary with a file's bytes in them.
+"""The load step: one task per file in the loader pool of its format (a big file's other parts: range tasks). In the
+worker (`load_file`), the file is hashed, its format's loader yields pages and the chunker cuts their text; pages
+without a usable text layer are only listed, for the OCR fan-out. In the dispatcher's thread, `Pages` gathers each
+part's pages and OCR pages and hands the file on in parts, in order (`Finished` values; the last carries the
+outcome). A worker task returns a result or a Failure value: exceptions never cross the process boundary with a
+file's bytes in them.
 
-NOTE (ranges): a text or Markdown file over RANGE_BYTES and a PDF over RANGE_PAGES pages are
-loaded by range, so that no process holds the whole file and its first rows are written while the
-rest loads. The file's first task hashes it (ids carry the hash, so it is known before any row)
-and plans its ranges in that same read: byte ranges of about RANGE_BYTES cut after a line break
-(loaders/text.py's NOTE), or pages [k * RANGE_PAGES, (k + 1) * RANGE_PAGES) from the page count
-and outline it sees on opening the PDF; it then loads range 0 itself and returns the rest as
-`Range`s. Each range task reads only its range (a PDF's: plus WINDOW pages on either side, so
-running headers, footers and font sizes are decided as in a whole read) and starts under the
-heading path in effect at its start: a Markdown file's from the planning read, a PDF's from its
-outline (font-size headings of earlier ranges are not carried, nor a table continued from the
-previous range's last page: it starts anew without that header). Chunks never span two ranges,
-which only changes the overlap at a range's edges. The dispatcher loads ranges as
-[run] max_chunks_in_flight allows (the file next in order always may have one range loading),
-hands parts on in order, and a failing range fails the file: its rows of the new version are
-removed, the last good version stays (ingest/write.py). Environment variables INGEST_RANGE_BYTES and
-INGEST_RANGE_PAGES set the sizes (tests, benchmarks). Other formats, and text that cannot be cut at
-bytes (UTF-16/32), are loaded whole.
+NOTE (ranges): a text or Markdown file over RANGE_BYTES and a PDF over RANGE_PAGES pages are loaded by range, so that
+no process holds the whole file and its first rows are written while the rest loads. The file's first task hashes it
+(ids carry the hash, so it is known before any row) and plans its ranges in that same read: byte ranges of about
+RANGE_BYTES cut after a line break (loaders/text.py's NOTE), or pages [k * RANGE_PAGES, (k + 1) * RANGE_PAGES) from
+the page count and outline it sees on opening the PDF; it then loads range 0 itself and returns the rest as `Range`s.
+Each range task reads only its range (a PDF's: plus WINDOW pages on either side, so running headers, footers and font
+sizes are decided as in a whole read) and starts under the heading path in effect at its start: a Markdown file's
+from the planning read, a PDF's from its outline (font-size headings of earlier ranges are not carried, nor a table
+continued from the previous range's last page: it starts anew without that header). Chunks never span two ranges,
+which only changes the overlap at a range's edges. The dispatcher loads ranges as [run] max_chunks_in_flight allows
+(the file next in order always may have one range loading), hands parts on in order, and a failing range fails the
+file: its rows of the new version are removed, the last good version stays (ingest/write.py). Environment variables
+INGEST_RANGE_BYTES and INGEST_RANGE_PAGES set the sizes (tests, benchmarks). Other formats, and text that cannot be
+cut at bytes (UTF-16/32), are loaded whole.
 """
 from __future__ import annotations
 
@@ -94,6 +91,8 @@ class Loaded:
     ranges: tuple[Range, ...] = ()     # the file's other parts, for range tasks (from its first task)
     doc: Doc | None = None
     chunk_s: float = 0.0               # of `seconds`, chunking (the rest: loading)
+    cpu_s: float = 0.0                 # the worker's CPU seconds for it (time.process_time)
+    read_pages: int = 0                # pages its loader read (a range task's: its range's)
 
     @property
     def times(self) -> Times:
@@ -137,17 +136,17 @@ def file_hash(path: str) -> str:
 
 def load_file(task: LoadTask) -> Loaded | Failure:
     """A file's first load task (hash, plan, its first part or all of it), or a range task."""
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         task = replace(task, path=remote.local_copy(task.path)[0])   # a URL's object: fetched once per file
         if task.range is not None:
-            pages, ocr, _, chunk_s = _chunked(task, _range_pages(task, task.range), task.doc, task.range.headings)
-            return Loaded("", pages, ocr, time.perf_counter() - start, chunk_s=chunk_s)
-        digest, first, rest = _first_part(task)
-        if digest == task.known_hash:
-            return Loaded(digest, (), (), time.perf_counter() - start, unchanged=True)
-        pages, ocr, doc, chunk_s = _chunked(task, first, None, ())
-        return Loaded(digest, pages, ocr, time.perf_counter() - start, ranges=rest(), doc=doc, chunk_s=chunk_s)
+            loaded = _chunked(task, _range_pages(task, task.range), task.doc, task.range.headings)
+        else:
+            digest, first, rest = _first_part(task)
+            if digest == task.known_hash:
+                return Loaded(digest, (), (), time.perf_counter() - start, unchanged=True)
+            loaded = evolve(_chunked(task, first, None, ()), file_hash=digest, ranges=rest())
+        return evolve(loaded, seconds=time.perf_counter() - start, cpu_s=time.process_time() - cpu)
     except Exception as exc:
         return task_failure(f"{task.fmt} loader", exc)
 
@@ -197,28 +196,26 @@ def _range_pages(task: LoadTask, part: Range) -> Iterable[Page]:
                                   task.fmt == "md", part.fence)
 
 
-def _chunked(task: LoadTask, pages: Iterable[Page], doc: Doc | None, headings: tuple[tuple[int, str], ...]
-             ) -> tuple[tuple[PageChunks, ...], tuple[tuple[int, tuple[str, ...]], ...], Doc, float]:
-    """The pages' sections chunked, the pages to OCR, the file's Doc (made from its first page), and the
-    seconds spent chunking (the pages load lazily, in between)."""
+def _chunked(task: LoadTask, pages: Iterable[Page], doc: Doc | None, headings: tuple[tuple[int, str], ...]) -> Loaded:
+    """The pages' sections chunked, the pages to OCR, the file's Doc (made from its first page), the seconds spent
+    chunking (the pages load lazily, in between) and the pages read, as a Loaded without hash or times."""
     outline = Outline()
     for level, text in headings:
         outline.push(level, text)
     chunks: list[PageChunks] = []
-    ocr = []
-    chunk_s = 0.0
+    ocr, chunk_s, read = [], 0.0, 0
     if doc is None:                     # the file's first part: its title and card from its first pages
         pages = iter(pages)
         first = list(islice(pages, FIRST_PAGES))
         doc, pages = file_doc(task.source, task.fmt, first, task.spec.card_context), chain(first, pages)
-    for page in pages:
+    for read, page in enumerate(pages, 1):
         if page.needs_ocr:
             ocr.append((page.number, outline.path))
         else:
             start = time.perf_counter()
             chunks.extend(section_chunks(s, task.spec, doc) for s in page_sections(page, outline))
             chunk_s += time.perf_counter() - start
-    return tuple(chunks), tuple(ocr), doc, chunk_s
+    return Loaded("", tuple(chunks), tuple(ocr), 0.0, doc=doc, chunk_s=chunk_s, read_pages=read)
 
 
 def task_failure(where: str, exc: BaseException) -> Failure:
@@ -283,8 +280,7 @@ def submit_range(pools: Pools, pages: Pages, options: LoaderOptions, spec: Chunk
     return part.part, pools.submit(pool_for(ref.fmt), load_file, task)
 
 
-def after_load(ref: FileRef, result: Loaded | Failure, old_hash: str | None,
-               known_chunks: int) -> Finished | Pages:
+def after_load(ref: FileRef, result: Loaded | Failure, old_hash: str | None, known_chunks: int) -> Finished | Pages:
     """A file's first load task's result as its next state: Finished (failed, skipped, unchanged: it keeps
     the `known_chunks` of its manifest entry), or its Pages, waiting for OCR pages and ranges if any."""
     if isinstance(result, Failure):
@@ -313,6 +309,7 @@ class Pages:
         self.parts: dict[int, _Part] = {0: _Part(loaded)}
         self.next, self.start = 0, 0             # the next part to hand on; chunks handed on
         self.ocr_pages, self.times, self.cut, self.junk = len(loaded.ocr_pages), Times(), 0, 0
+        self.cpu_s, self.read_pages = loaded.cpu_s, loaded.read_pages     # the loaders' and OCR's CPU, pages read
         self.junk_sample = ""
         self.warnings: list[str] = list(ref.warnings)
         self.ocr_failures: list[str] = []
@@ -333,10 +330,12 @@ class Pages:
             return
         self.parts[part] = _Part(result)
         self.ocr_pages += len(result.ocr_pages)
+        self.cpu_s, self.read_pages = self.cpu_s + result.cpu_s, self.read_pages + result.read_pages
 
     def add_ocr(self, part: int, page: int, result: OcrDone | OcrFailed) -> None:
         state = self.parts[part]
         state.times += result.times
+        self.cpu_s += result.cpu_s
         if result.failure is not None:
             self.ocr_failures.append(f"page {page}: OCR failed: {failure_text(result.failure)}")
             self.warnings.append(self.ocr_failures[-1])
@@ -381,7 +380,8 @@ class Pages:
             return self.fail(self.ocr_failures[0])
         self.ended = True
         outcome = Outcome("ingested" if chunks else "empty", None if chunks else self._no_text(), chunks,
-                          self.ocr_pages, tuple(self.warnings), self.times, self.junk)
+                          self.ocr_pages, tuple(self.warnings), self.times, self.junk, cpu_s=self.cpu_s,
+                          read_pages=self.read_pages)
         return Finished(self.ref, outcome, pages, self.old_hash, record=True, start=self.start,
                         card=self.doc.card if self.doc else "")
 

@@ -20,6 +20,7 @@ from ingest.load import task_failure
 from ingest.sections import Doc, Outline, page_sections
 from ingest.loaders import OcrOptions
 from ingest.workers.failure import Failure
+from ingest.workers.limits import keep_heap
 from ingest.workers.pool import Pools
 
 POOL = "ocr"
@@ -40,6 +41,7 @@ class OcrDone:
     pages: tuple[PageChunks, ...]   # the page's sections, chunked
     seconds: float
     chunk_s: float = 0.0            # of `seconds`, chunking (the rest: rendering and recognizing)
+    cpu_s: float = 0.0              # the worker's CPU seconds for it (time.process_time)
     failure: None = None            # (an OcrFailed's is its Failure)
 
     @property
@@ -51,6 +53,7 @@ class OcrDone:
 class OcrFailed:
     failure: Failure
     seconds: float                  # what the page cost (module docstring)
+    cpu_s: float = 0.0              # not known
 
     @property
     def times(self) -> Times:
@@ -61,14 +64,15 @@ def ocr_page(task: OcrTask) -> OcrDone | Failure:
     """In an OCR worker: one page's text, chunked."""
     from ingest.loaders.ocr import ocr_page as recognize
 
-    start = time.perf_counter()
+    keep_heap()
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         page = recognize(Path(remote.local_copy(task.path)[0]), task.page, task.options)   # no new fetch
         recognized = time.perf_counter()
         sections = page_sections(page, Outline(task.headings))
         chunks = tuple(section_chunks(s, task.spec, task.doc) for s in sections)
         end = time.perf_counter()
-        return OcrDone(chunks, end - start, end - recognized)
+        return OcrDone(chunks, end - start, end - recognized, time.process_time() - cpu)
     except Exception as exc:
         return task_failure(f"OCR of page {task.page}", exc)
 

@@ -93,6 +93,7 @@ class Tally:
         self.files = self.chunks = self.junk = 0
         self.encoded = self.reused = 0       # chunks of the ingested files: encoded, or given a vector made before
         self.load_s = 0.0                    # loading, OCR and chunking seconds of the ingested files
+        self.pdf_pages, self.pdf_cpu_s = 0, 0.0      # the PDFs read to their end: pages, their loaders' and OCR's CPU
         self.digest = html_report.Digest()
         self._out: IO[str] | None = None
         self._flushed = 0.0
@@ -124,6 +125,9 @@ class Tally:
             self.encoded += encoded(o)
             self.reused += o.reused
             self.load_s += o.times.loader_side
+        if o.read_pages and file.ref.fmt == "pdf":
+            self.pdf_pages += o.read_pages
+            self.pdf_cpu_s += o.cpu_s
 
     def rates(self, stage: EncodeStage | None, writer: Writer | None) -> dict[str, float]:
         """Chunks per second: loading (its seconds summed over processes), tokenizing and encoding (the encode
@@ -137,11 +141,19 @@ class Tally:
             rates["write"] = writer.rows_written / writer.seconds
         return rates
 
-    def totals(self, seconds: float, stages: dict[str, float], extra: dict[str, Any]) -> dict[str, Any]:
+    def totals(self, seconds: float, stages: dict[str, float], extra: dict[str, Any],
+               cpu_s: float | None = None) -> dict[str, Any]:
+        """The report's totals; `cpu_s`: the CPU seconds of the run's processes, None where not measured (what
+        it costs a file: over every file that ended; a PDF page: the loaders' and OCR's CPU over the pages read)."""
         return {"files": self.files, "by_status": dict(self.by_status), "by_format": dict(self.by_format),
                 "chunks": self.chunks, "encoded_chunks": self.encoded, "reused_chunks": self.reused,
                 "junk_chunks": self.junk, "seconds": round(seconds, 2),
-                "chunks_per_s": {k: round(v, 1) for k, v in stages.items()}, **extra}
+                "chunks_per_s": {k: round(v, 1) for k, v in stages.items()},
+                "cpu_s": None if cpu_s is None else round(cpu_s, 2),
+                "cpu_per_file_ms": round(cpu_s * 1000 / self.files, 2) if cpu_s is not None and self.files else None,
+                "pdf_pages": self.pdf_pages,
+                "cpu_per_pdf_page_ms": round(self.pdf_cpu_s * 1000 / self.pdf_pages, 2) if self.pdf_pages else None,
+                **extra}
 
     def write(self, totals: dict[str, Any]) -> None:
         """The report from the spool, written atomically, then its HTML page; then the spool goes. An OSError
@@ -200,5 +212,6 @@ def summary(t: dict) -> str:
     status = ", ".join(f"{n} {s}" for s, n in sorted(t["by_status"].items()))
     fmts = ", ".join(f"{n} {f}" for f, n in sorted(t["by_format"].items()))
     rates = ", ".join(f"{k} {v:g}" for k, v in t["chunks_per_s"].items())
+    cpu = ", ".join(f"{t[k]:g} {unit}" for k, unit in html_report.CPU if t.get(k) is not None)
     return (f"{t['files']} files ({status}) | by format: {fmts} | {t['chunks']} chunks in {t['seconds']:g} s"
-            + (f" | chunks/s: {rates}" if rates else ""))
+            + (f" | chunks/s: {rates}" if rates else "") + (f" | CPU: {cpu}" if cpu else ""))

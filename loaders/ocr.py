@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from .base import Block, LoaderError, OcrOptions, Page
 from .image import MEGAPIXEL
-from .pdf import damaged, mupdf_errors, open_document
+from .pdf import damaged, import_pymupdf, mupdf_errors, open_document
 from .pdf_layout import PAGE_NUMBER
 
 if TYPE_CHECKING:
@@ -34,7 +34,8 @@ def render(path: Path, page: int, options: OcrOptions) -> np.ndarray:
 def _render(path: Path, page: int, options: OcrOptions) -> tuple[np.ndarray, float | None]:
     """render's array, and the PDF points per pixel for a PDF page (None for an image)."""
     import numpy as np
-    import pymupdf
+
+    pymupdf: Any = import_pymupdf(layout=False)     # OCR renders: no layout model
 
     kind = "PDF" if path.suffix.lower() == ".pdf" else "image"
     with open_document(path, options.passwords, kind) as doc:

@@ -48,7 +48,7 @@ def import_pymupdf(layout: bool) -> object:
 
 def mupdf_errors() -> tuple[type[Exception], ...]:
     """What PyMuPDF raises for damaged input (FileDataError is a RuntimeError; page-level errors are FzErrorBase)."""
-    import pymupdf
+    pymupdf: Any = import_pymupdf(layout=False)
 
     return RuntimeError, ValueError, pymupdf.mupdf.FzErrorBase
 
@@ -61,7 +61,7 @@ def damaged(what: str, exc: Exception) -> LoaderError:
 
 def open_document(path: Path, passwords: Iterable[str] = (), kind: str = "PDF") -> pymupdf.Document:
     """Open a PDF or image with PyMuPDF, unlocking an encrypted PDF with the first password that works."""
-    import pymupdf
+    pymupdf: Any = import_pymupdf(layout=False)
 
     pymupdf.TOOLS.mupdf_display_errors(False)      # failures are reported as LoaderError instead
     pymupdf.TOOLS.mupdf_display_warnings(False)
@@ -85,7 +85,7 @@ def _check_not_truncated(path: Path) -> None:
 
 def _image_cover(page: pymupdf.Page) -> float:
     """Share of the page's area under images (overlaps counted twice, capped at 1)."""
-    import pymupdf
+    pymupdf: Any = import_pymupdf(layout=False)
 
     area = page.rect.get_area()
     covered = sum((pymupdf.Rect(info["bbox"]) & page.rect).get_area() for info in page.get_image_info())

@@ -9,6 +9,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,12 +113,45 @@ def row_ids(cwd: Path) -> list[str]:
     return [r["id"] for r in store_rows(cwd)]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules with the most slow tests first, each module's tests in their own order: pytest-xdist's
+    loadfile hands modules out in this order, so the long ones do not come last to one worker while the
+    other waits."""
+    slow: dict[str, int] = {}
+    for item in items:
+        slow[item.nodeid.split("::")[0]] = slow.get(item.nodeid.split("::")[0], 0) + bool(item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])       # stable: a module's order is kept
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's addopts): a pytest worker a usable core, at most 4: every test starts processes of
+    its own, and the kill tests pace themselves for a box that is not much busier than that."""
+    from ingest.workers.limits import usable_cores
+    return max(1, min(4, usable_cores()))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One cache of ONNX exports for the session (every run and pool exports the model once at most),
     never the user's own (~/.cache/ingest)."""
-    os.environ.setdefault("INGEST_CACHE_DIR", str(tmp_path_factory.mktemp("ingest-cache")))
+    cache = tmp_path_factory.mktemp("ingest-cache")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # pytest-xdist: the run's workers share the exports (an export holds a flock: the model is exported
+        # once); the vector cache stays each worker's own
+        shared = tmp_path_factory.getbasetemp().parent / "onnx-exports"
+        shared.mkdir(exist_ok=True)
+        (cache / "onnx").symlink_to(shared, target_is_directory=True)
+    os.environ.setdefault("INGEST_CACHE_DIR", str(cache))
     return Path(os.environ["INGEST_CACHE_DIR"])
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """An empty folder with a short path, for a run's TMPDIR: a Unix socket's path (the Lite host's, in a
+    folder made there) holds at most 107 bytes, and pytest-xdist makes tmp_path longer (popen-gwN/)."""
+    folder = Path(tempfile.mkdtemp(prefix="ingest-t-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -214,6 +248,7 @@ def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             _kill_group(head)
             raise RuntimeError(f"ray start did not start a cluster; see {log}")
         time.sleep(0.2)
+    os.environ["INGEST_TEST_RAY_HEAD"] = str(head.pid)      # whose processes are this session's (pytest-xdist)
     yield f"127.0.0.1:{port}"      # Ray answers on the host's address too; drivers find it either way
     _kill_group(head)
 

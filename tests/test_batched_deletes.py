@@ -164,6 +164,7 @@ def _manifest(work: Path) -> dict[str, str]:
         return dict(con.execute("SELECT source, file_hash FROM files"))
 
 
+@pytest.mark.slow
 def test_a_rerun_of_many_changed_files_and_a_prune_leave_exactly_the_right_rows(work: Path) -> None:
     docs = work / "docs"
     for i in range(300):

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import cli_env
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "stores.py"
@@ -14,6 +16,7 @@ STORES = ("milvus-lite", "postgresql", "qdrant-local", "milvus-server", "lancedb
 MODES = ("dense", "bm25", "hybrid")
 
 
+@pytest.mark.slow
 def test_the_quick_bench_measures_every_store_and_figure(tmp_path: Path) -> None:
     out = tmp_path / "stores.json"
     proc = subprocess.Popen([sys.executable, str(BENCH), "--quick", "--out", str(out)], stdout=subprocess.PIPE,

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import psutil
 
 from conftest import cli_env, run, store_rows
@@ -52,6 +54,7 @@ def _start(work: Path, *extra: str, env: dict[str, str]) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_a_big_markdown_file_is_stored_while_it_loads_in_order_under_its_headings(work: Path, milvus_uri: str) -> None:
     from ingest.store import Store
 
@@ -116,6 +119,7 @@ def _pdf(path: Path, pages: int) -> None:
     doc.save(path)
 
 
+@pytest.mark.slow
 def test_a_big_pdf_by_page_range_stores_what_a_whole_read_stores(work: Path) -> None:
     _pdf(work / "docs" / "manual.pdf", 100)
     (work / "config.toml").write_text(NULL)
@@ -136,6 +140,7 @@ def test_a_big_pdf_by_page_range_stores_what_a_whole_read_stores(work: Path) -> 
     assert {r["headings"] for r in got if r["page"] in (49, 50, 51)} == {"Chapter 1", "Chapter 2"}
 
 
+@pytest.mark.slow
 def test_a_failing_range_fails_the_file_and_keeps_the_last_good_version(work: Path, monkeypatch) -> None:
     rng = random.Random(2)
     path = work / "docs" / "log.txt"
@@ -156,6 +161,7 @@ def test_a_failing_range_fails_the_file_and_keeps_the_last_good_version(work: Pa
     assert sorted(r["id"] for r in store_rows(work)) == sorted(r["id"] for r in good)   # the old version, whole
 
 
+@pytest.mark.slow
 def test_the_supervisor_does_not_hold_a_big_file(work: Path) -> None:
     rng = random.Random(4)
     block = "\n\n".join(" ".join(rng.choice(WORDS) for _ in range(80)) for _ in range(2000)).encode() + b"\n\n"

@@ -173,6 +173,7 @@ def trained_tokenizer(path: Path, kind: str) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["metaspace", "bytelevel"])
 def test_a_tokenizer_that_is_not_additive_is_tokenized_for_real(tmp_path: Path, corpus: list[str],
                                                                  kind: str) -> None:
@@ -241,6 +242,7 @@ print(json.dumps(Store(sys.argv[1], "documents").rows(["source", "page", "chunk"
 """
 
 
+@pytest.mark.slow
 def test_a_big_file_is_chunked_in_several_tasks_in_order(work: Path) -> None:
     path = work / "docs" / "big.txt"
     path.write_text(big_text(PARAGRAPHS), encoding="utf-8")             # ~2 MB

@@ -7,6 +7,8 @@ import json
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
+
 from conftest import Result, ingest
 
 NULL = '[model]\nbackend = "null"\n'
@@ -38,6 +40,7 @@ def test_version_and_paths_that_cannot_be_ingested(work: Path) -> None:
     assert not (work / "store.db").exists()
 
 
+@pytest.mark.slow
 def test_files_and_folders_keep_the_folders_sources(work: Path) -> None:
     docs, other = work / "docs", work / "other"
     for path in (docs / "a.txt", docs / "b.txt", docs / "sub" / "c.txt", other / "y.txt"):

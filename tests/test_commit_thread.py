@@ -87,6 +87,7 @@ def test_add_goes_on_while_a_commit_waits_for_a_stopped_store(tmp_path: Path,
         store.close()
 
 
+@pytest.mark.slow
 def test_the_report_says_when_the_first_row_was_stored(work: Path) -> None:
     for i in range(3):
         (work / "docs" / f"d{i}.txt").write_text(f"Document {i} tells of penguins in the polar night. " * 20)

@@ -98,6 +98,7 @@ def one_version_each(uri: str, sources: set[str]) -> dict[str, tuple[str, int]]:
     return entries
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(STORES))
 def test_full_disk_stops_in_one_line_keeps_last_good_copy_and_a_rerun_with_room_completes(disk: Path,
                                                                                           tmp_path: Path, kind: str):
@@ -140,6 +141,7 @@ def test_full_disk_stops_in_one_line_keeps_last_good_copy_and_a_rerun_with_room_
     assert again.returncode == 0 and rep["totals"]["by_status"] == {"unchanged": 100}, again.stderr
 
 
+@pytest.mark.slow
 def test_a_report_on_the_full_disk_is_said_in_one_line(disk: Path, tmp_path: Path):
     """The report beside the store (its default place) cannot be written either: one more line, no traceback."""
     uri, docs, report = STORES["lite"](disk), tmp_path / "docs", disk / "store.db.report.json"
@@ -159,6 +161,7 @@ def test_a_report_on_the_full_disk_is_said_in_one_line(disk: Path, tmp_path: Pat
     assert not list(disk.glob("*.tmp")), "a half-written report left behind"
 
 
+@pytest.mark.slow
 def test_a_collection_a_full_disk_left_half_made_is_made_again(tmp_path: Path):
     """Milvus Lite makes a collection's folder, then its schema.json (a temp file renamed): a disk that fills in
     between leaves the folder with the temp file alone, which Lite then refuses to make again ("File exists").
@@ -177,6 +180,7 @@ def test_a_collection_a_full_disk_left_half_made_is_made_again(tmp_path: Path):
     assert (half / "schema.json").exists() and not (half / "schema.json.tmp").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(STORES))
 def test_a_full_disk_at_the_start_is_never_called_a_damaged_manifest(disk: Path, tmp_path: Path, kind: str):
     """SQLite says "disk I/O error" when it cannot make the WAL's files of an existing manifest on a full disk:

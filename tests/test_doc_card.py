@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import ingest, run
 from docs import make_docx, make_pdf, make_pptx
 from ingest.card_match import abbreviates, asked, card_matches
@@ -36,6 +38,7 @@ MEMO = ["MEMORANDUM", "To: All staff", "From: Facilities, Initrode Ltd.", "Date:
         "Subject: Parking during the works", "The north car park closes from Monday."]
 
 
+@pytest.mark.slow
 def test_cards_of_documents_with_meaningless_names(work: Path) -> None:
     docs = work / "docs"
     make_pdf(docs / "scan_0012.pdf", [COVER, BUSINESS])

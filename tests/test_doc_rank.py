@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import ingest, run
 from ingest.doc_rank import name_parts, named, rerank
 
@@ -34,6 +36,7 @@ def test_rerank_favours_the_named_document_and_never_drops_a_hit() -> None:
     assert rerank("Initech FY2020 capital expenditures", hits, 2)[0] is ranked[0] and len(ranked) == 6
 
 
+@pytest.mark.slow
 def test_named_document_ranks_first_end_to_end(work: Path) -> None:
     docs = work / "filings"
     docs.mkdir()

@@ -63,6 +63,7 @@ def pool(tmp_path_factory):
         del os.environ["INGEST_FAULT"]
 
 
+@pytest.mark.slow
 def test_matches_sentence_transformers(pool, model):
     texts = ["hello world", "", "  leading and trailing spaces  ", "Ünïcödé — 日本語のテキスト",
              "long " * 400] + sentences(11)        # "long": 400 tokens, truncated to max_seq_length
@@ -119,6 +120,7 @@ def test_sigkilled_worker_is_replaced_and_results_stay_right(pool, model):
     assert_same(pool.encode(texts[:3]), model.encode(texts[:3]))
 
 
+@pytest.mark.slow
 def test_hang_is_timed_out_and_worker_replaced(pool, model):
     pool.wait_ready()
     texts = sentences(6, seed=5) + [f"{HANG} in the middle"] + sentences(5, seed=6)

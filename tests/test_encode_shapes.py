@@ -137,6 +137,7 @@ def test_a_run_meets_a_bounded_set_of_batch_shapes() -> None:
     assert 8 <= seen["bounded"] <= bound < seen["exact"], seen
 
 
+@pytest.mark.slow
 def test_bounded_warmed_pool_matches_model_encode(st_model, tmp_path) -> None:
     """Bounded shapes (rows copied to fill a window's last batches), warm-up at start, and batches whose rows
     all fill their width (no mask): the vectors are model.encode's; the worker never imports sentence-transformers."""

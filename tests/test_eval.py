@@ -86,6 +86,7 @@ def test_bad_questions_file(work: Path) -> None:
     assert "questions.jsonl, line 2: missing 'source'" in res.stderr
 
 
+@pytest.mark.slow
 def test_compare_shows_metric_and_rank_changes(work: Path, vectors: np.ndarray) -> None:  # noqa: F811
     """Issue 33, item 4: `--compare OTHER.json` shows each metric then -> now and each question that moved."""
     questions, store = _built(work, vectors)

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import psutil
 
 from conftest import cli_env, row_ids, run, wait_recorded
@@ -22,6 +24,7 @@ timeout_s = 3
 """
 
 
+@pytest.mark.slow
 def test_faulty_loaders_cost_only_their_file(work: Path) -> None:
     docs = work / "docs"
     for ext in ("sleep", "exit", "segv", "noterm"):
@@ -79,6 +82,7 @@ def test_sigkill_of_supervisor_leaves_no_orphans(work: Path) -> None:
     _assert_gone(kids, within=30)          # watchdogs exit within a second; a busy machine may take longer
 
 
+@pytest.mark.slow
 def test_ctrl_c_writes_report_and_exits_130(work: Path) -> None:
     for i in range(3):
         (work / "docs" / f"slow{i}.sleep").write_text("x")

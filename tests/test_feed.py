@@ -89,6 +89,7 @@ def test_in_flight_counts_files_loading_and_chunks_waiting() -> None:
     assert InFlight.most_files(2, 100) >= 2 + 100
 
 
+@pytest.mark.slow
 def test_the_smallest_bounds_still_ingest_every_file(work) -> None:
     """One file loading at a time, one chunk ahead: a file of many chunks, an empty one and small ones
     all pass, with the same chunks as under the default bounds."""
@@ -107,6 +108,7 @@ def test_the_smallest_bounds_still_ingest_every_file(work) -> None:
     assert outcome["big.txt"][1] > 10 and outcome["empty.txt"][0] == "skipped"
 
 
+@pytest.mark.slow
 def test_compiled_and_eager_outputs_are_equal_on_the_cpu(pool: EncodePool) -> None:
     sample = texts(40, seed=3, most=60)
     with EncodePool(devices=["cpu"], compile=True) as compiled:
@@ -122,6 +124,7 @@ def test_null_backend_gives_constant_unit_rows_without_a_model() -> None:
     assert np.allclose(np.linalg.norm(rows, axis=1), 1) and np.allclose(rows, rows[0])
 
 
+@pytest.mark.slow
 def test_null_backend_runs_the_whole_pipeline(work) -> None:
     for i in range(6):
         (work / "docs" / f"d{i}.txt").write_text("\n\n".join(texts(6, seed=i)))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import psutil
 
 from conftest import run, store_rows
@@ -12,6 +14,7 @@ from conftest import run, store_rows
 FAULTS = '[loaders]\nplugins = ["fault_loaders"]\n'
 
 
+@pytest.mark.slow
 def test_refused_rows_and_unencodable_chunks_fail_only_their_file(work: Path, monkeypatch) -> None:
     docs = work / "docs"
     (docs / "a.txt").write_text("Otters hold hands while they sleep on the water.")
@@ -39,6 +42,7 @@ def test_refused_rows_and_unencodable_chunks_fail_only_their_file(work: Path, mo
     assert sorted(r["id"] for r in store_rows(work)) == sorted(r["id"] for r in rows)
 
 
+@pytest.mark.slow
 def test_dead_loader_pool_is_replaced_and_the_retry_is_proven(work: Path) -> None:
     docs = work / "docs"
     (docs / "a.killtxt").write_text("The killer kills the idle txt worker from the pdf pool.")

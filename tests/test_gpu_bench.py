@@ -25,6 +25,7 @@ def bench(tmp_path: Path, *args: str) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1600)          # eight measurements, each a fresh interpreter with torch: ~6 min on an idle box
 def test_the_rehearsal_writes_every_measurement_and_the_machine(tmp_path: Path) -> None:
     doc = bench(tmp_path, "--n", "48", "--budget-s", "1500", "--stores", "milvus-lite:48,null:96",
@@ -60,6 +61,7 @@ def test_the_rehearsal_writes_every_measurement_and_the_machine(tmp_path: Path) 
     assert stores["milvus-lite"]["uri"].endswith("store.db") and stores["null"]["uri"] == "null://"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(960)
 def test_the_one_gpu_command_rehearsed_on_the_cpu(tmp_path: Path) -> None:
     """scripts/gpu_run.sh without its install, on the CPU: issue 38's set, the null backend, tiny sizes."""
@@ -76,6 +78,7 @@ def test_the_one_gpu_command_rehearsed_on_the_cpu(tmp_path: Path) -> None:
     assert {k: v["chunks"] for k, v in got["ingest_run"]["stores"].items()} == {"milvus-lite": 16, "null": 32}
 
 
+@pytest.mark.slow
 def test_a_measurement_past_its_limit_is_recorded_with_the_stacks_of_its_processes(tmp_path: Path) -> None:
     # forward_only: cold and warm passes at several batch sizes, minutes on a CPU (a worker now starts in seconds)
     doc = bench(tmp_path, "--n", "8", "--only", "forward_only", "--limit", "forward_only=4")

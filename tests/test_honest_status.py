@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from conftest import run, store_rows
 from docs import make_mixed_pdf
 from test_html_report import NULL, STAGES, junk_text
@@ -12,6 +14,7 @@ from test_html_report import NULL, STAGES, junk_text
 OCR_TIMEOUT_S = 0.5
 
 
+@pytest.mark.slow
 def test_empty_files_and_every_stage_counted(work: Path) -> None:
     docs = work / "docs"
     (docs / "notes.txt").write_text("Copper kettles whistle at dawn in the harbour town.\n")

@@ -8,6 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from conftest import cli_env, row_ids, search
 from docs import make_encrypted_pdf, make_truncated_pdf, make_zip_bomb_docx
 
@@ -51,6 +53,7 @@ max_text_mb = 64
 """
 
 
+@pytest.mark.slow
 def test_hostile_inputs() -> None:
     work = Path(tempfile.mkdtemp(prefix="ingest-hostile-"))
     docs = work / "docs"

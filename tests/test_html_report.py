@@ -36,6 +36,7 @@ def chromium(page: Path, profile: Path, *args: str) -> subprocess.CompletedProce
     return subprocess.run(argv, capture_output=True, text=True, timeout=90)
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_html_report_renders_every_section(work: Path) -> None:
     docs = work / "docs"

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import cli_env, row_ids, run, store_rows, wait_recorded
 
 SMALL_CHUNKS = "[chunking]\nchunk_tokens = 24\noverlap_tokens = 4\n[run]\nmax_files_in_flight = 2\n"
@@ -30,6 +32,7 @@ def rows_by_source(work: Path) -> dict[str, set[str]]:
     return out
 
 
+@pytest.mark.slow
 def test_incremental_change_touch_prune_and_settings(work: Path) -> None:
     docs = work / "docs"
     for i, s in enumerate(SENTENCES[:4]):
@@ -94,6 +97,7 @@ def _recorded(work: Path) -> int:
             return 0
 
 
+@pytest.mark.slow
 def test_kill_and_resume_matches_a_clean_run(tmp_path: Path) -> None:
     config = SMALL_CHUNKS + '[loaders]\nplugins = ["fault_loaders"]\n'
     clean, crashed = tmp_path / "clean", tmp_path / "crashed"

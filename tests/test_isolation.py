@@ -70,6 +70,7 @@ def _listening(pid: int) -> tuple[list[str], list[str]]:
 
 
 
+@pytest.mark.slow
 def test_another_user_cannot_reach_the_runs_lite_store(work: Path) -> None:
     (work / "docs" / "slow.sleep").write_text("x")            # holds the run open (fault_loaders: sleeps)
     (work / "docs" / "a.txt").write_text("Otters hold hands while they sleep so they do not drift apart.")
@@ -156,6 +157,7 @@ print(json.dumps({"verdict": verdict, "s": time.monotonic() - start, "read": rch
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/self/io to count bytes read")
 def test_a_docx_of_a_million_entries_is_refused_from_its_end_record(work: Path) -> None:
     bomb = work / "docs" / "bomb.docx"
@@ -204,6 +206,7 @@ print(json.dumps([r["text"] for r in Store(sys.argv[1], "documents").rows(["text
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("soffice") is None, reason="needs LibreOffice (soffice)")
 def test_a_doc_including_a_file_outside_the_folder_stores_only_its_own_text(work: Path) -> None:
     outside = work / "outside" / "secret.txt"

@@ -320,6 +320,7 @@ def text_pdf(path: Path, text: str) -> None:
     doc.save(path)
 
 
+@pytest.mark.slow
 def test_a_run_keeps_every_language_file_and_skips_only_the_blobs(work: Path) -> None:
     """Real files through the whole pipeline: GB18030 decoded by the loader, markdown with an HTML table, a
     data: URI beside prose (the prose stays), a base64 file (nothing stays), and one of each kind issue 40 held

@@ -43,6 +43,7 @@ def _versions(uri: str) -> dict[str, dict[str, int]]:
     return out
 
 
+@pytest.mark.slow
 def test_sigkill_at_any_point_leaves_the_old_version_or_the_new(tmp_path: Path) -> None:
     docs, uri = tmp_path / "docs", f"lancedb://{tmp_path / 'lance'}"
     _write(docs, "old")
@@ -72,6 +73,7 @@ def test_sigkill_at_any_point_leaves_the_old_version_or_the_new(tmp_path: Path) 
             assert by_hash.items() <= whole.items()                   # the old version whole, or the new
 
 
+@pytest.mark.slow
 def test_a_second_run_is_refused_while_searches_read_the_store(tmp_path: Path) -> None:
     docs, uri = tmp_path / "docs", f"lancedb://{tmp_path / 'lance'}"
     _write(docs, "first", 10)
@@ -96,6 +98,7 @@ def _one_line(res) -> None:
     assert res.rc == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     _write(docs, "x", 3)

@@ -78,6 +78,7 @@ def _fails_part_way(res: Result) -> None:
         assert files[name]["status"] == "failed" and "refused" in files[name]["error"], files[name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store", ["milvus-lite", "lancedb"])
 def test_a_version_that_fails_part_way_keeps_the_last_good_copy(work: Path, store: str) -> None:
     docs = work / "docs"
@@ -112,6 +113,7 @@ def test_a_version_that_fails_part_way_keeps_the_last_good_copy(work: Path, stor
     assert not set(rows["keep.paged"]) & set(good)                    # the old version's rows went with it
 
 
+@pytest.mark.slow
 def test_ray_a_part_refused_leaves_no_orphan_rows_and_the_last_good_copy(milvus_uri: str, ray_address: str,
                                                                          work: Path) -> None:
     docs, collection = work / "docs", "h1_ray_partial"
@@ -142,6 +144,7 @@ def _without_permission_override() -> list[str]:
     return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
 
 
+@pytest.mark.slow
 def test_prune_never_deletes_what_it_could_not_list_or_stat(work: Path) -> None:
     docs = work / "docs"
     for rel in ("a.txt", "gone.txt", "sub/b.txt", "sub/deep/c.txt", "noexec/d.txt"):
@@ -201,6 +204,7 @@ def _wait_for(path: Path, proc: subprocess.Popen) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_a_run_whose_lease_is_taken_over_deletes_nothing_more(milvus_uri: str, work: Path) -> None:
     docs, collection = work / "docs", "h1_fenced"
     for name in ("changed.txt", "deleted.txt"):
@@ -246,6 +250,7 @@ def server_entries(uri: str, collection: str) -> dict[str, str]:
         store.close()
 
 
+@pytest.mark.slow
 def test_a_dead_pid_in_another_pid_namespace_is_not_taken_for_a_dead_run(milvus_uri: str, work: Path) -> None:
     docs, collection = work / "docs", "h1_namespaces"
     (docs / "a.txt").write_text("Lanterns were carried ahead of the night train.")

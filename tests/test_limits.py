@@ -69,11 +69,10 @@ convert(Path(sys.argv[1]), "docx", Path(sys.argv[2]), 120)
 
 
 @needs_soffice
-def test_soffice_dies_with_a_killed_worker_has_no_network_and_leaves_no_profile(tmp_path: Path) -> None:
+def test_soffice_dies_with_a_killed_worker_has_no_network_and_leaves_no_profile(tmp_path: Path, short_tmp: Path) -> None:
     # A long table: LibreOffice takes about a minute to convert it back, long past the kill below.
     doc = docs.make_doc(tmp_path / "slow.doc", ["Rows"], table_rows=[[f"row {i}", "v", "w"] for i in range(1200)])
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = short_tmp                 # its TMPDIR: a short path (conftest.short_tmp)
     child = subprocess.Popen([sys.executable, "-c", CONVERT, str(doc), str(tmp_path)],
                              env={**cli_env(), "TMPDIR": str(tmp)})
     seen: dict[int, str] = {}
@@ -155,6 +154,7 @@ def test_pixel_cap_refuses_a_bomb_from_its_header_and_caps_renders(tmp_path: Pat
     assert ocr_page(png, 1, dataclasses.replace(ocr, max_image_mp=0.5)).text == "Meeting moved to Friday"
 
 
+@pytest.mark.slow
 def test_bomb_fails_in_a_run_and_a_normal_image_still_ocrs(work: Path) -> None:
     make_flat_png(work / "docs" / "bomb.png", 30000, 30000)
     docs.make_png(work / "docs" / "sign.png", "Meeting moved to Friday")

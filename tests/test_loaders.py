@@ -297,6 +297,7 @@ def test_pptx_slides_groups_tables_notes(tmp_path: Path) -> None:
 
 # ---- legacy (LibreOffice) ------------------------------------------------------------------------
 
+@pytest.mark.slow
 @needs_soffice
 def test_doc_and_ppt_via_libreoffice(tmp_path: Path) -> None:
     doc = docs.make_doc(tmp_path / "old.doc", ["Legacy body text"], heading="Old Heading",

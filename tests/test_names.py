@@ -62,6 +62,7 @@ def write_named(folder: Path) -> None:
             f.write(text.encode())
 
 
+@pytest.mark.slow
 def test_any_name_links_empty_and_misnamed_office(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = work / "docs"
     write_named(folder)
@@ -115,6 +116,7 @@ def test_any_name_links_empty_and_misnamed_office(work: Path, monkeypatch: pytes
     assert len(left) < len(rows)
 
 
+@pytest.mark.slow
 def test_follow_symlinks_all_and_none(work: Path) -> None:
     folder = work / "docs"
     (folder / "target.txt").write_text("Inside target about copper mining in Chile.")

@@ -6,6 +6,8 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+
 from conftest import ingest
 from docs import make_docx, make_pdf
 
@@ -32,6 +34,7 @@ def run_into(store: str, cwd: Path, *extra: str) -> tuple[int, list[str], dict]:
     return res.rc, [line for line in res.stderr.splitlines() if line.strip()], res.report["totals"]
 
 
+@pytest.mark.slow
 def test_a_run_into_the_null_store_ingests_every_file_each_time_and_keeps_nothing(work: Path) -> None:
     make_pdf(work / "docs" / "report.pdf", ["Quarterly revenue grew in the northern region.", "Costs fell."])
     make_docx(work / "docs" / "memo.docx", ["The harbour lantern was repaired in March."], heading="Memo")
@@ -50,6 +53,7 @@ def test_a_run_into_the_null_store_ingests_every_file_each_time_and_keeps_nothin
         assert res.rc == 2 and len(lines) == 1 and what in lines[0] and "null://" in lines[0], res.stderr
 
 
+@pytest.mark.slow
 def test_a_run_held_back_by_milvus_lite_says_so_last_and_in_its_report(work: Path) -> None:
     text_files(work / "docs", 400)                  # 6,400 chunks: the null backend outruns Milvus Lite
     rc, err, totals = run_into(str(work / "store.db"), work)

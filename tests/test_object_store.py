@@ -137,12 +137,11 @@ def test_listing_order_sizes_and_times(s3: S3, tmp_path: Path) -> None:
         assert listed[0][0].path == url.rstrip("/") + "/a/b/c.txt"
 
 
-def test_same_rows_as_a_local_folder_incremental_and_pruned(s3: S3, work: Path, tmp_path: Path,
+def test_same_rows_as_a_local_folder_incremental_and_pruned(s3: S3, work: Path, tmp_path: Path, short_tmp: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     build(work / "docs")
     upload(s3, "same", work / "docs", "team/docs")
-    temp = tmp_path / "tmp"
-    temp.mkdir()
+    temp = short_tmp
     monkeypatch.setenv("TMPDIR", str(temp))               # where the run's fetch dir goes: gone after every run
     local = run(work / "docs", work, config=NULL)
     assert local.rc == 0, local.stderr
@@ -173,6 +172,7 @@ def test_same_rows_as_a_local_folder_incremental_and_pruned(s3: S3, work: Path, 
     assert not list(temp.glob("ingest-fetch-*"))
 
 
+@pytest.mark.slow
 def test_an_unreadable_object_fails_alone_and_start_errors_are_one_line(s3: S3, work: Path) -> None:
     client = s3.client()
     client.create_bucket(Bucket="cold")
@@ -198,11 +198,10 @@ def test_an_unreadable_object_fails_alone_and_start_errors_are_one_line(s3: S3, 
         assert expected in lines[0] and "AWS_ENDPOINT_URL" in lines[0], lines[0]
 
 
-def test_the_fetch_dir_is_removed_on_sigterm(s3: S3, work: Path, tmp_path: Path) -> None:
+def test_the_fetch_dir_is_removed_on_sigterm(s3: S3, work: Path, short_tmp: Path) -> None:
     s3.client().create_bucket(Bucket="stop")
     s3.client().put_object(Bucket="stop", Key="in/a.txt", Body=b"Herons stand still in the shallow water.\n")
-    temp = tmp_path / "tmp"
-    temp.mkdir()
+    temp = short_tmp
     proc = subprocess.Popen([sys.executable, "-m", "ingest.cli", "run", "s3://stop/in", "--store", str(work / "store.db"),
                              "--quiet", "--backend", "null"], cwd=work, env={**cli_env(), "TMPDIR": str(temp)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -215,6 +214,7 @@ def test_the_fetch_dir_is_removed_on_sigterm(s3: S3, work: Path, tmp_path: Path)
     assert not list(temp.glob("ingest-fetch-*"))
 
 
+@pytest.mark.slow
 def test_ray_engine_over_a_bucket(s3: S3, milvus_uri: str, ray_address: str, work: Path) -> None:
     build(work / "docs")
     upload(s3, "rayed", work / "docs", "docs")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from conftest import needs_soffice, run, search
 from docs import make_doc, make_mixed_pdf, make_png, make_ppt, make_scanned_pdf
 
@@ -15,6 +17,7 @@ DOC_TEXT = "The orchard committee approved new ladders for the autumn harvest."
 PPT_TEXT = "Volunteers repaint the harbour fence each spring."
 
 
+@pytest.mark.slow
 @needs_soffice
 def test_ocr_and_legacy_formats(work: Path) -> None:
     docs = work / "docs"
@@ -37,6 +40,7 @@ def test_ocr_and_legacy_formats(work: Path) -> None:
         assert (source, page) in hits, (phrase, hits)
 
 
+@pytest.mark.slow
 def test_ocr_page_timeout_keeps_the_rest_of_the_document(work: Path) -> None:
     make_mixed_pdf(work / "docs" / "mixed.pdf", MIXED_TEXT, MIXED_SCAN)
     res = run(work / "docs", work, config="[loaders.ocr]\ntimeout_s = 0.01\n")

@@ -44,6 +44,7 @@ def guarded(backend: str) -> None:
         pytest.skip(f"{backend} refused by its guard on this CPU: {entry['reason']}")
 
 
+@pytest.mark.slow
 def test_onnx_fp32_export_rows_equal_torch(torch_rows: np.ndarray) -> None:
     record = ensure_export(resolve_model())
     assert record["onnx"]["ok"] and record["onnx"]["min"] >= 0.9999
@@ -111,6 +112,7 @@ def _hostile_copy(dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.slow
 def test_a_model_that_fails_the_int8_guard_is_refused(tmp_path: Path) -> None:
     ref = resolve_model(str(_hostile_copy(tmp_path / "hostile")))
     record = ensure_export(ref)
@@ -165,6 +167,7 @@ print(json.dumps({"top": hits[0]["source"], "torch": "torch" in sys.modules,
 """
 
 
+@pytest.mark.slow
 def test_search_per_backend_and_backend_changes(work: Path) -> None:
     docs = work / "docs"
     (docs / "lighthouse.txt").write_text("Coastal log. The lighthouse keeper logs every passing ship, day and night.")

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 FIXTURE = Path(__file__).with_name("pdf_equal.json")
 WORDS = ("revenue margin customer region growth capital liquidity segment pricing demand supply contract "
          "network service quarter dividend pension inventory lease obligation credit market risk water").split()
@@ -153,6 +155,7 @@ def record(folder: Path) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_pdf_chunks_equal_the_recorded_ones(tmp_path: Path) -> None:
     expected = json.loads(FIXTURE.read_text())
     got = json.loads(json.dumps(record(tmp_path)))

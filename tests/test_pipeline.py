@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import ingest, row_ids, run, search
 from docs import make_docx, make_pdf, make_pptx
 
@@ -29,6 +31,7 @@ def build_folder(docs: Path) -> None:
     (docs / "broken.pdf").write_bytes(b"%PDF-1.7\n1 0 obj <<>> garbage without end")
 
 
+@pytest.mark.slow
 def test_run_search_rerun(work: Path) -> None:
     build_folder(work / "docs")
     first = run(work / "docs", work)
@@ -63,6 +66,7 @@ def test_run_search_rerun(work: Path) -> None:
     assert sorted(row_ids(work)) == sorted(set(row_ids(work))) and len(row_ids(work)) == total
 
 
+@pytest.mark.slow
 def test_plain_search_output_and_errors(work: Path) -> None:
     (work / "docs" / "a.txt").write_text("Lighthouses guide ships along the rocky coast.")
     assert run(work / "docs", work).rc == 0

@@ -3,6 +3,7 @@ server on loopback (`milvus-lite server`): the same rows as the local engine, th
 semantics, and faults that cost a file, an actor's batch or a rerun, never rows."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 import psutil
 
@@ -37,6 +40,7 @@ def many_texts(docs: Path, n: int, ext: str = "txt") -> None:
         (docs / f"f{i:03}.{ext}").write_text(body)
 
 
+@pytest.mark.slow
 def test_same_rows_as_the_local_engine_and_the_same_incremental_runs(milvus_uri: str, ray_address: str,
                                                                      work: Path) -> None:
     build_folder(work / "docs")
@@ -68,6 +72,7 @@ def test_same_rows_as_the_local_engine_and_the_same_incremental_runs(milvus_uri:
     assert ids(milvus_uri, "eng_ray") == ids(milvus_uri, "eng_local")
 
 
+@pytest.mark.slow
 def test_loader_faults_cost_only_their_file(milvus_uri: str, ray_address: str, work: Path) -> None:
     docs = work / "docs"
     for ext in ("sleep", "segv"):
@@ -83,11 +88,16 @@ def test_loader_faults_cost_only_their_file(milvus_uri: str, ray_address: str, w
 
 
 def _encode_actor(driver: subprocess.Popen, timeout: float = 180) -> psutil.Process:
-    """The Ray actor process that hosts the run's EncodePool, once its encode worker runs."""
+    """The Ray actor process that hosts the run's EncodePool, once its encode worker runs: one of this
+    session's cluster (another pytest-xdist worker runs a cluster of its own)."""
+    head = psutil.Process(int(os.environ["INGEST_TEST_RAY_HEAD"]))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and driver.poll() is None:
-        for proc in psutil.process_iter(["cmdline"]):
-            if "EncodeParts" in " ".join(proc.info["cmdline"] or ()):
+        for proc in head.children(recursive=True):
+            cmdline: list[str] = []
+            with contextlib.suppress(psutil.Error):
+                cmdline = proc.cmdline()
+            if "EncodeParts" in " ".join(cmdline or ()):
                 try:
                     if any("ingest-encode" in c.name() for c in proc.children()):
                         return proc
@@ -104,6 +114,7 @@ def _start(work: Path, collection: str, uri: str, config: str, **env: str) -> su
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
+@pytest.mark.slow
 def test_a_killed_encode_actor_is_replaced_and_its_batch_redone(milvus_uri: str, ray_address: str,
                                                                  work: Path) -> None:
     many_texts(work / "docs", 40)
@@ -120,6 +131,7 @@ def test_a_killed_encode_actor_is_replaced_and_its_batch_redone(milvus_uri: str,
     assert ids(milvus_uri, "actor_kill") == ids(milvus_uri, "actor_clean")
 
 
+@pytest.mark.slow
 def test_a_sigkilled_driver_leaves_a_rerun_with_exactly_the_clean_rows(milvus_uri: str, ray_address: str,
                                                                        work: Path) -> None:
     many_texts(work / "docs", 16, ext="slowtxt")
@@ -147,6 +159,7 @@ def test_a_milvus_lite_file_cannot_be_written_from_a_cluster(work: Path) -> None
     assert "Milvus Lite file" in res.stderr and "server URI" in res.stderr
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_run_that_started_its_own_ray_with_a_report(milvus_uri: str, work: Path) -> None:
     """ray.init of a local Ray installs a SIGTERM handler that exits 1: the run's own comes back. Issue 22:
     the driver streams the scan into load tasks, so the first rows come while most of the folder is unread."""
@@ -172,6 +185,7 @@ def test_sigterm_stops_a_run_that_started_its_own_ray_with_a_report(milvus_uri: 
     assert {f["error"] for f in report["files"] if f["status"] == "failed"} <= {INTERRUPTED}
 
 
+@pytest.mark.slow
 def test_a_big_file_streams_by_range_with_the_local_engines_rows_and_a_failing_range_keeps_the_last_good_copy(
         milvus_uri: str, ray_address: str, work: Path, monkeypatch) -> None:
     """Issue 22 item 2 on Ray: a load task yields a big file's ranges as they load (ray_stages.load_streamed),

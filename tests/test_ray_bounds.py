@@ -11,6 +11,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from conftest import ray_config, server_rows
 from test_ray import NULL, _start, many_texts
 
@@ -28,6 +30,7 @@ def _finish(driver: subprocess.Popen, timeout: float) -> tuple[int, str]:
     return driver.returncode, err
 
 
+@pytest.mark.slow
 def test_a_pack_that_ends_or_hangs_its_encode_actor_fails_its_file_and_the_run_goes_on(
         milvus_uri: str, ray_address: str, work: Path) -> None:
     docs = work / "docs"
@@ -48,6 +51,7 @@ def test_a_pack_that_ends_or_hangs_its_encode_actor_fails_its_file_and_the_run_g
     assert {r["source"] for r in server_rows(milvus_uri, "bound_actor")} == set(others)
 
 
+@pytest.mark.slow
 def test_a_load_task_that_dies_fails_only_its_file_and_leaves_no_fetch_folder(
         milvus_uri: str, ray_address: str, work: Path) -> None:
     docs = work / "docs"

@@ -50,6 +50,7 @@ def test_scan_url_of_a_file_url_is_the_scan(tmp_path: Path, follow: str) -> None
     assert (problems["outer.txt"] is None) == (outer == "ingested")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("follow", ["inside", "all"])
 def test_run_of_a_file_url_and_of_the_path_agree(work: Path, tmp_path: Path, follow: str) -> None:
     docs = build(work)

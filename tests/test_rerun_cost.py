@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import psutil
 
 from conftest import cli_env, row_ids, run
@@ -33,6 +35,7 @@ def _run_watching_lite(work: Path) -> tuple[subprocess.CompletedProcess, bool]:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), lite
 
 
+@pytest.mark.slow
 def test_unchanged_rerun_does_not_open_the_store_but_changes_and_a_lost_store_do(work: Path) -> None:
     docs = work / "docs"
     for i in range(5):
@@ -54,6 +57,7 @@ def test_unchanged_rerun_does_not_open_the_store_but_changes_and_a_lost_store_do
     assert len(row_ids(work)) == 5
 
 
+@pytest.mark.slow
 def test_a_replaced_store_is_checked_again(work: Path) -> None:
     docs = work / "docs"
     (docs / "a.txt").write_text("Penguins huddle together through the long polar night.")

@@ -111,6 +111,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list[di
     return work, res.by_path(), rows_of(work)
 
 
+@pytest.mark.slow
 def test_pdf_chunks_know_their_title_section_page_and_box(store) -> None:
     _, _, rows = store
     pdf = [r for r in store[2] if r["source"] == "ACME_2023_annual.pdf"]

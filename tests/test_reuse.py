@@ -63,6 +63,7 @@ def same_vectors(a: dict, b: dict) -> None:
         assert float(a[k][3] @ b[k][3]) >= 0.9999 * float(np.linalg.norm(a[k][3]) * np.linalg.norm(b[k][3])), k
 
 
+@pytest.mark.slow
 def test_an_edited_file_reencodes_only_its_changed_chunks(work: Path) -> None:
     docs = work / "docs"
     text = paragraphs("keep", 12)
@@ -89,6 +90,7 @@ def test_an_edited_file_reencodes_only_its_changed_chunks(work: Path) -> None:
     same_vectors(vectors(str(work / "store.db")), vectors(str(fresh / "store.db")))
 
 
+@pytest.mark.slow
 def test_a_rerun_of_many_changed_files_reads_their_previous_rows_in_a_few_calls(work: Path) -> None:
     """Issue 40, item 2: reuse reads the previous rows of the changed files it expects together (a Milvus Lite
     query scans the whole collection: one call a file made 3,000 changed files cost 15x their first ingest).
@@ -117,6 +119,7 @@ def test_a_rerun_of_many_changed_files_reads_their_previous_rows_in_a_few_calls(
     assert res.rc == 0 and res.report["totals"]["reuse_reads"] == 0, res.stderr
 
 
+@pytest.mark.slow
 def test_equal_embedded_texts_are_encoded_once_and_rows_keep_their_provenance(work: Path) -> None:
     """Without a context line, copies embed the same texts: the run encodes each once, in a file and across
     files; every row keeps its own id, source and chunk number."""
@@ -138,6 +141,7 @@ def test_equal_embedded_texts_are_encoded_once_and_rows_keep_their_provenance(wo
                                      for v in vs)
 
 
+@pytest.mark.slow
 def test_a_backend_or_dtype_change_reuses_nothing_and_the_cache_serves_a_reembed(work: Path) -> None:
     docs = work / "docs"
     (docs / "a.txt").write_text("\n\n".join(paragraphs("cache", 4)))
@@ -185,6 +189,7 @@ def test_a_corrupt_cache_is_ignored_with_one_line(work: Path) -> None:
     assert encoded == chunks > 0
 
 
+@pytest.mark.slow
 def test_a_sigkill_during_a_run_that_reuses_vectors_keeps_the_last_good_copy_and_the_rerun_is_exact(
         work: Path) -> None:
     """The edited file has over 256 chunks (two groups): the first group's vectors all come from the store
@@ -228,6 +233,7 @@ def test_a_sigkill_during_a_run_that_reuses_vectors_keeps_the_last_good_copy_and
     same_vectors(vectors(str(work / "store.db")), vectors(str(fresh / "store.db")))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["postgresql", "qdrant-local"])
 def test_reuse_on_postgresql_and_qdrant_local(kind: str, work: Path, request: pytest.FixtureRequest) -> None:
     uri = request.getfixturevalue("pg_server").database("reuse") if kind == "postgresql" \

@@ -66,6 +66,7 @@ def ranks(hits: list[dict]) -> list[int]:
     return [h["chunk"] for h in hits]
 
 
+@pytest.mark.slow
 def test_bm25_finds_a_rare_token_dense_misses(work: Path, vectors: np.ndarray) -> None:
     build(str(work / "store.db"), "documents", vectors)
     dense, _ = search(work, PART, "--mode", "dense", "-k", "3")
@@ -144,6 +145,7 @@ def make_v1_store(work: Path, texts: list[str], vectors: np.ndarray) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_old_store_searchable_refused_then_upgraded(work: Path, vectors: np.ndarray) -> None:
     make_v1_store(work, TEXTS, vectors)
     hits, note = search(work, "the lighthouse lamp", "--mode", "hybrid", "-k", "1")   # dense answers, with a note

@@ -12,11 +12,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import cli_env, ingest, run_on, server_rows
 
 SLOW = '[loaders]\nplugins = ["fault_loaders"]\n[loaders.txt]\ntimeout_s = 600\n'
 
 
+@pytest.mark.slow
 def test_manifest_lives_in_the_server_so_another_directory_sees_it(milvus_uri: str, tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     texts = {"salmon.txt": "Salmon swim upstream to spawn in cold mountain rivers.",
@@ -67,6 +70,7 @@ def _wait_for_lease(uri: str, collection: str, pid: int, proc: subprocess.Popen)
     raise AssertionError(f"the first run (exit {proc.poll()}) never took the lease")
 
 
+@pytest.mark.slow
 def test_second_run_fails_at_once_and_a_killed_runs_lease_is_taken_over(milvus_uri: str, work: Path) -> None:
     from ingest.store.server_manifest import read_lease
     from ingest.store import Store

@@ -78,6 +78,7 @@ def _assert_group_gone(pgid: int, within: float = 10) -> None:
     assert not alive, f"left behind: {[(p.pid, p.name()) for p in alive]}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["group", "supervisor"])
 def test_sigterm_writes_what_is_encoded_reports_and_exits_143(tmp_path: Path, target: str) -> None:
     clean, work = tmp_path / "clean", tmp_path / "stopped"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import ingest, run, run_on
 
 NULL = '[model]\nbackend = "null"\n'
@@ -17,6 +19,7 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_a_folder_of_documents_is_no_store(work: Path) -> None:
     (work / "docs" / "owls.txt").write_text("Barn owls hunt voles over the meadow at dusk.\n")
     mydocs = work / "mydocs"
@@ -41,6 +44,7 @@ def test_a_folder_of_documents_is_no_store(work: Path) -> None:
     assert ingest("status", "--store", str(empty), cwd=work).rc == 0
 
 
+@pytest.mark.slow
 def test_a_damaged_manifest_says_so_and_how_to_recover(work: Path) -> None:
     (work / "docs" / "owls.txt").write_text("Barn owls hunt voles over the meadow at dusk.\n")
     assert run(work / "docs", work, config=NULL).rc == 0
@@ -62,6 +66,7 @@ def test_a_damaged_manifest_says_so_and_how_to_recover(work: Path) -> None:
     assert ingest("status", *store, cwd=work).rc == 0
 
 
+@pytest.mark.slow
 def test_eval_names_the_sources_the_store_lacks(work: Path) -> None:
     docs = work / "docs"
     (docs / "deep").mkdir()
@@ -91,6 +96,7 @@ def test_eval_names_the_sources_the_store_lacks(work: Path) -> None:
     assert plain.rc == 0 and one_line(plain.stderr) == line
 
 
+@pytest.mark.slow
 def test_search_on_an_empty_collection_says_it_is_empty(work: Path) -> None:
     assert run(work / "docs", work, config=NULL).rc == 0                # an empty folder: a collection, no rows
     store = ("--store", str(work / "store.db"))

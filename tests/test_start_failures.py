@@ -25,6 +25,7 @@ def stopped(res, why: str) -> dict:
     return totals
 
 
+@pytest.mark.slow
 def test_a_run_that_cannot_start_replaces_the_last_report(work: Path) -> None:
     (work / "docs" / "a.txt").write_text("Otters hold hands while they sleep so they do not drift apart.")
     first = run(work / "docs", work, *NULL)

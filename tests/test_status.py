@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import cli_env, ingest, run, run_on, wait_recorded
 from ingest.files import INTERRUPTED
 from ingest.status import FAILED_MAX
@@ -31,6 +33,7 @@ def _status(work: Path, *args: str) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_status_of_a_store_and_its_last_run(work: Path) -> None:
     docs = work / "docs"
     (docs / "a.txt").write_text(TEXT)
@@ -60,6 +63,7 @@ def test_status_of_a_store_and_its_last_run(work: Path) -> None:
     assert "fake00.pdf: content does not look like a .pdf" in text.stdout and "and 2 more failed" in text.stdout
 
 
+@pytest.mark.slow
 def test_status_while_a_run_holds_the_store_and_of_no_store(work: Path) -> None:
     before = sorted(p.name for p in work.iterdir())
     res = ingest("status", "--store", "nothing.db", cwd=work)
@@ -85,6 +89,7 @@ def test_status_while_a_run_holds_the_store_and_of_no_store(work: Path) -> None:
     assert last["failed"] == [{"path": "b.sleep", "error": INTERRUPTED}], last
 
 
+@pytest.mark.slow
 def test_status_of_a_server_collection(work: Path, milvus_uri: str) -> None:
     (work / "docs" / "a.txt").write_text(TEXT)
     assert run_on(milvus_uri, "status_h23", work, config=NULL).rc == 0

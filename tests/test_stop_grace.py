@@ -47,6 +47,7 @@ def _leftovers(work: Path) -> list[str]:
     return sorted(p.name for p in work.iterdir() if p.name.endswith((".tmp", ".jsonl")))
 
 
+@pytest.mark.slow
 def test_sigterm_to_a_torch_run_midway_reports_within_the_grace(tmp_path: Path) -> None:
     """The issue's case: SIGTERM to the group of a torch run of 160+ text files, mid-way, on a 2-core box.
     Before (1e9e2d2), the encode pool encoded every window it had read ahead (up to 1,536 chunks: 25-50 s
@@ -79,7 +80,7 @@ HANG = json.dumps({"match": "HANGME", "action": "hang"})       # the encode work
 
 
 @pytest.mark.parametrize("how", ["grace", "second signal"])
-def test_a_stop_that_outlasts_its_grace_still_writes_the_report(tmp_path: Path, how: str) -> None:
+def test_a_stop_that_outlasts_its_grace_still_writes_the_report(tmp_path: Path, short_tmp: Path, how: str) -> None:
     """The encode worker hangs in the batch that would complete its window, so the stop waits for it: at the
     grace (3 s here), or at a second signal, the run quits with the report written from the spool, every file
     not settled "interrupted", stopped_by saying why, the last run recorded, nothing left behind (the folder
@@ -91,8 +92,7 @@ def test_a_stop_that_outlasts_its_grace_still_writes_the_report(tmp_path: Path, 
         (docs / f"d{i}.slowtxt").write_text(text)
     (tmp_path / "config.toml").write_text(CONFIG)
     grace = "3" if how == "grace" else "120"
-    temp = tmp_path / "temp"                            # where a URL's run makes its fetch folder
-    temp.mkdir()
+    temp = short_tmp                                    # where a URL's run makes its fetch folder
     proc = _start(tmp_path, "--backend", "null", env={"INGEST_FAULT": HANG, "INGEST_TEST_SLOW_S": "0.3",
                                                        "INGEST_STOP_GRACE_S": grace, "TMPDIR": str(temp)},
                   root=docs.as_uri() if how == "second signal" else "docs")

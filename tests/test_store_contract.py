@@ -264,6 +264,7 @@ def test_planted_phrase_found_first_in_each_mode(uri, name):
         assert set(store.caps.modes) == {"dense", "bm25", "hybrid"}
 
 
+@pytest.mark.slow
 def test_errors_classed_as_the_files_or_the_runs(uri, name):
     with owned(uri, name) as (store, _, _):
         store.ensure_collection("model-a", DIM, "null")

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import cli_env, server_rows
 from test_incremental import SENTENCES
 from test_server_uri import run_on
@@ -46,6 +48,7 @@ def _run_until(work: Path, uri: str, strike) -> tuple[int, str, float]:
             proc.kill()
 
 
+@pytest.mark.slow
 def test_stalled_then_killed_server_stops_the_run_and_the_rerun_matches_a_clean_run(
         tmp_path: Path, milvus_server, monkeypatch) -> None:
     monkeypatch.setenv("INGEST_TEST_SLOW_S", "0")           # the clean run and the rerun load at full speed
@@ -156,6 +159,7 @@ def _terminate(pg_server, database: str) -> int:
                          f"'{database}' AND pid <> pg_backend_pid()", "postgres")[0][0]
 
 
+@pytest.mark.slow
 def test_postgres_restarted_twice_mid_run_the_run_reconnects_and_finishes(tmp_path: Path, pg_server, monkeypatch) -> None:
     from pg_server import restart
 
@@ -165,6 +169,7 @@ def test_postgres_restarted_twice_mid_run_the_run_reconnects_and_finishes(tmp_pa
     _settled(work, uri, "documents", ids, expected)
 
 
+@pytest.mark.slow
 def test_postgres_dropped_connections_the_run_reconnects_and_finishes(tmp_path: Path, pg_server, monkeypatch) -> None:
     uri, expected, ids, work = _pg(pg_server, "faults_terminate", tmp_path, monkeypatch)
     ended = []
@@ -180,6 +185,7 @@ def test_postgres_dropped_connections_the_run_reconnects_and_finishes(tmp_path: 
     _settled(work, uri, "documents", ids, expected)
 
 
+@pytest.mark.slow
 def test_milvus_server_restarted_twice_mid_run_the_run_reconnects_and_finishes(
         tmp_path: Path, milvus_server, monkeypatch) -> None:
     monkeypatch.setenv("INGEST_TEST_SLOW_S", "0")
@@ -204,6 +210,7 @@ def test_milvus_server_restarted_twice_mid_run_the_run_reconnects_and_finishes(
     _settled(work, servers[-1].uri, "documents", ids, expected, config)
 
 
+@pytest.mark.slow
 def test_postgres_stalled_past_the_statement_timeout_then_back_the_run_reconnects_and_finishes(
         tmp_path: Path, pg_server, monkeypatch) -> None:
     from pg_server import signal_all
@@ -221,6 +228,7 @@ def test_postgres_stalled_past_the_statement_timeout_then_back_the_run_reconnect
     _settled(work, uri, "documents", ids, expected)
 
 
+@pytest.mark.slow
 def test_postgres_stalled_for_good_stops_the_run_with_one_line_and_the_rerun_completes(
         tmp_path: Path, pg_server, monkeypatch) -> None:
     from pg_server import signal_all
@@ -249,6 +257,7 @@ def test_postgres_stalled_for_good_stops_the_run_with_one_line_and_the_rerun_com
     assert {f["status"] for f in rerun.report["files"]} == {"unchanged"}
 
 
+@pytest.mark.slow
 def test_postgres_another_run_takes_the_collection_while_the_connection_is_away_the_run_stops_saying_so(
         tmp_path: Path, pg_server, monkeypatch) -> None:
     import threading

@@ -61,6 +61,7 @@ def ingested(request, tmp_path_factory) -> tuple[str, Path]:
     return uri, work
 
 
+@pytest.mark.slow
 @needs_soffice
 def test_samples_found_first_status_eval_and_retriever(ingested) -> None:
     uri, work = ingested
@@ -86,6 +87,7 @@ def test_samples_found_first_status_eval_and_retriever(ingested) -> None:
     assert proc.returncode == 0 and proc.stdout.strip().endswith(OCTOPUS), proc.stderr
 
 
+@pytest.mark.slow
 def test_reruns_replace_changed_rows_and_prune(tmp_path, request) -> None:
     for uri in (request.getfixturevalue("pg_server").database("reruns"), f"qdrant://{tmp_path / 'qdrant'}",
                 f"lancedb://{tmp_path / 'lance'}"):
@@ -109,6 +111,7 @@ def test_reruns_replace_changed_rows_and_prune(tmp_path, request) -> None:
         assert [r for r in rows if r[0] != "f1.txt"] == [r for r in first if r[0] not in ("f1.txt", "f2.txt")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store", ["postgresql", "lancedb"])
 def test_resume_after_sigkill_and_stop_on_sigterm(tmp_path, request, store) -> None:
     """A run SIGKILLed part-way resumes; a SIGTERMed one stops with 143 and its report, on PostgreSQL and LanceDB."""
@@ -152,6 +155,7 @@ def _recorded(pg_or_uri, collection: str, what: str = "count(*)") -> int:
         return 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store", ["postgresql", "lancedb"])
 def test_ray_engine_and_watch(tmp_path, request, store) -> None:
     ray_address = request.getfixturevalue("ray_address") if store == "postgresql" else ""

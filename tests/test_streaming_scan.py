@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import cli_env, run
 from ingest.scan import scan
 
@@ -36,6 +38,7 @@ def test_scan_is_lazy_and_walks_each_directory_in_name_order(tmp_path: Path) -> 
     assert [ref.source for ref, _ in scan(tmp_path, "inside")] == order        # deterministic
 
 
+@pytest.mark.slow
 def test_report_from_the_spool_and_prune_from_what_settled(work: Path) -> None:
     """(An unlisted folder under --prune: tests/test_last_good_copy.py.)"""
     docs = work / "docs"
@@ -59,6 +62,7 @@ def test_report_from_the_spool_and_prune_from_what_settled(work: Path) -> None:
     assert again.report["totals"]["pruned"] == 1
 
 
+@pytest.mark.slow
 def test_stop_before_the_scan_ends_says_so(work: Path) -> None:
     """max_files_in_flight = 1 and a slow loader: a SIGTERM comes long before the scan reaches the end."""
     docs = work / "docs"

@@ -39,6 +39,7 @@ def cli(args: list[str], cwd: Path, timeout: float = 300, **env: str) -> tuple[i
     return proc.returncode, proc.stderr, json.loads(report.read_text()) if report.exists() else None
 
 
+@pytest.mark.slow
 def test_a_crash_and_a_hang_in_a_batch_of_small_files_cost_only_their_own_files(work: Path) -> None:
     """20 small files of a plugin's format, batched 16 to a task (INGEST_BATCH_FORMATS): the batch holding a
     file that kills its worker and one that hangs fails whole, and is sent again file by file; only those two
@@ -61,6 +62,7 @@ def test_a_crash_and_a_hang_in_a_batch_of_small_files_cost_only_their_own_files(
     assert time.monotonic() - started < 120
 
 
+@pytest.mark.slow
 def test_the_stub_backend_fills_the_vector_cache_from_the_writers_and_a_copy_reuses_it(work: Path) -> None:
     """With the stub backend (null's vectors taken as a model's) the vector cache beside the store gets every
     chunk's row from the writer processes, replacing a cache file of the old layout (a WITHOUT ROWID table);

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import pytest
+
 import psutil
 
 from conftest import cli_env
@@ -86,6 +88,7 @@ def _stop(proc: subprocess.Popen, signum: int) -> float:
     return took
 
 
+@pytest.mark.slow
 def test_watch_syncs_changes_as_they_happen_and_stops_on_signals(work: Path) -> None:
     (work / "config.toml").write_text(NULL + '[loaders]\nplugins = ["fault_loaders"]\n')
     docs = work / "docs"
@@ -148,6 +151,7 @@ def test_watch_syncs_changes_as_they_happen_and_stops_on_signals(work: Path) -> 
     assert set(_recorded(work)) == {"b2.txt", "c.txt", "slow.txt"}
 
 
+@pytest.mark.slow
 def test_a_store_in_use_is_waited_for_and_a_bad_model_ends_watch(work: Path) -> None:
     (work / "config.toml").write_text(NULL)
     (work / "docs" / "a.txt").write_text("Penguins huddle together through the polar night. " * 20)

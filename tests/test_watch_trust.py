@@ -8,6 +8,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 import test_watch as w
 
 
@@ -27,6 +29,7 @@ def _syncs(work: Path) -> int:
     return w._err(work).count("watch: synced ")
 
 
+@pytest.mark.slow
 def test_a_folder_that_goes_away_is_waited_for_and_nothing_is_pruned(work: Path) -> None:
     (work / "config.toml").write_text(w.NULL)
     docs = work / "docs"
@@ -57,6 +60,7 @@ def test_a_folder_that_goes_away_is_waited_for_and_nothing_is_pruned(work: Path)
     assert proc.returncode == 143, w._err(work)
 
 
+@pytest.mark.slow
 def test_the_report_inside_the_folder_never_causes_a_sync(work: Path) -> None:
     (work / "config.toml").write_text(w.NULL)
     docs = work / "docs"
@@ -75,6 +79,7 @@ def test_the_report_inside_the_folder_never_causes_a_sync(work: Path) -> None:
     assert proc.returncode == 143
 
 
+@pytest.mark.slow
 def test_watch_watches_only_what_the_scan_reads(work: Path) -> None:
     (work / "config.toml").write_text(w.NULL + '[run]\nfollow_symlinks = "all"\n')
     outside = work / "outside"
@@ -127,6 +132,7 @@ def test_targets_stay_within_the_inotify_limit(tmp_path: Path) -> None:
     assert 0 < budget() < limit
 
 
+@pytest.mark.slow
 def test_a_file_written_without_pause_holds_back_only_itself(work: Path) -> None:
     (work / "config.toml").write_text(w.NULL)
     docs = work / "docs"

@@ -14,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 import psutil
 
 from conftest import cli_env, ingest
@@ -83,6 +85,7 @@ def _stop(proc: subprocess.Popen, signum: int) -> None:
     assert not alive, f"left behind: {[(p.pid, p.name()) for p in alive]}"
 
 
+@pytest.mark.slow
 def test_syncs_reuse_the_warm_pipeline_and_search_and_status_read_through_it(work: Path) -> None:
     proc = _start(work, slow_s=8)
     try:
@@ -118,6 +121,7 @@ def test_syncs_reuse_the_warm_pipeline_and_search_and_status_read_through_it(wor
     assert not socket_dir.exists(), "the Lite host's socket directory is gone"
 
 
+@pytest.mark.slow
 def test_an_encode_worker_killed_during_watch_is_replaced_and_watch_goes_on(work: Path) -> None:
     proc = _start(work, slow_s=3)
     try:
@@ -137,6 +141,7 @@ def test_an_encode_worker_killed_during_watch_is_replaced_and_watch_goes_on(work
     assert proc.returncode == 143, _err(work)
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_warm_sync_exits_143_with_its_report(work: Path) -> None:
     proc = _start(work, slow_s=30)
     try:

@@ -141,6 +141,7 @@ def _by_source(rows: list[dict]) -> dict[str, set[str]]:
     return out
 
 
+@pytest.mark.slow
 def test_parallel_writers_survive_a_killed_run_and_the_rerun_matches_a_clean_run(milvus_uri: str,
                                                                                   tmp_path: Path) -> None:
     clean, crashed = tmp_path / "clean", tmp_path / "crashed"
@@ -181,6 +182,7 @@ def _writer_processes(run: psutil.Process, port: int) -> list[psutil.Process]:
     return out
 
 
+@pytest.mark.slow
 def test_a_killed_writer_process_costs_nothing(milvus_uri: str, tmp_path: Path) -> None:
     _docs(tmp_path, n=10)
     port = int(milvus_uri.rsplit(":", 1)[1])

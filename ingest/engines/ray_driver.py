@@ -90,6 +90,8 @@ class _Batch:
 class RayRun(Run):
     """The run with Ray as its engine (see NOTE)."""
 
+    tree_cpu = False        # Ray's processes are its raylet's (and other nodes'): no cpu_s, only a PDF page's CPU
+
     def check(self) -> None:
         uri = redact(self.cfg["store"]["uri"])
         if kind(uri) == "qdrant-local":

@@ -44,6 +44,7 @@ from ingest.status import LastRun
 from ingest.timeline import store_bound
 from ingest.store import StoreError, kind, redact
 from ingest.store.collection import open_collection
+from ingest.workers.limits import tree_cpu_s
 
 if TYPE_CHECKING:
     from ingest.engines.warm import Pipeline
@@ -60,6 +61,8 @@ QUIT_WAIT_S = 5.0       # quitting: how long to wait for a report being written,
 
 class Run:
     """A run of `ingest run PATH...` with some engine (module docstring)."""
+
+    tree_cpu = True         # the engine's processes are all this process's descendants: the report gives their CPU
 
     def __init__(self, cfg: dict[str, Any], paths: Path | str | Sequence[Path], *, quiet: bool = False,
                  prune: bool = False, reembed: bool = False, report_path: Path | None = None,
@@ -82,6 +85,7 @@ class Run:
         """Ingest the folder: the exit code (EXIT_OK, EXIT_FAILED, or 128 + the stop signal); a StoreError or
         RunError that stopped the run is raised after the report is written."""
         started = self.started = time.perf_counter()
+        self._cpu_at_start = tree_cpu_s() if self.tree_cpu else None
         with self.signals, remote.fetch_dir(self.root) as self._fetched:     # a URL's objects go there (ingest/remote.py)
             try:
                 return self._execute(started)
@@ -185,13 +189,14 @@ class Run:
         files, col, tally = self._files, self.col, self.tally
         # not_started: files the scan found that never ended; None when the scan did not finish (a stop
         # before the end of the folder: what it holds beyond is unknown), which scan_finished says.
+        cpu_s = tree_cpu_s() - self._cpu_at_start if self._cpu_at_start is not None else None
         totals = tally.totals(time.perf_counter() - self.started, self.rates(),
                               {"not_started": files.found - tally.files if files.finished else None,
                                "scan_finished": files.finished, "pruned": pruned,
                                "interrupted": self.stopping.is_set(), "signal": self.signals.name,
                                "stopped_by": stopped_by, "exit_code": code, **engine,
                                "store": col.store.uri, "collection": col.store.collection, "model": col.model.name,
-                               "backend": col.backend, "warnings": col.warnings})
+                               "backend": col.backend, "warnings": col.warnings}, cpu_s)
         totals["store_bound"] = store_bound(totals, col.store.caps.name, kind(col.store.uri))   # None: it was not
         return totals
 

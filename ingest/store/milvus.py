@@ -30,8 +30,7 @@ from ingest.store.schema import Columns, collection_schema, upsert_request
 PROPS_MODEL, PROPS_DIM, PROPS_BACKEND = "ingest.model", "ingest.dim", "ingest.backend"
 PROPS_SCHEMA, PROPS_BM25 = "ingest.schema", "ingest.bm25"    # absent: schema 1 (before titles and BM25)
 DELETE_SOURCES, DELETE_IDS = 1024, 8192    # delete_stale: sources read at a time, ids deleted at a time
-READ_LIMIT = 16384
-_RELEASED = re.compile(r"in state 'released'|not loaded", re.I)        # rows of one query (a server's largest query window)
+READ_LIMIT = 16384          # rows of one query (a server's largest query window)
 LITE = Capabilities("Milvus Lite", embedded=True, writers=1, modes=MODES, transactional=False)
 SERVER = Capabilities("Milvus", embedded=False, writers=None, modes=MODES, transactional=False)
 __all__ = ["MODES", "Endpoint", "Store", "StoreError", "StoreRejected", "is_local", "one_line"]

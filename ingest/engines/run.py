@@ -132,7 +132,7 @@ class Run:
         try:
             pruned = self._prune() if not (self.stopping.is_set() or fatal) else 0
             if not (self.stopping.is_set() or fatal):
-                col.store.finish()            # PostgreSQL: the HNSW index, once, after a bulk first load
+                col.store.finish()            # PostgreSQL's HNSW, LanceDB's IVF-Flat: built once, after a bulk first load
         except StoreError as exc:             # lease lost or store gone while pruning: the report says so
             pruned, fatal = 0, exc
         code = (EXIT_ERROR if fatal is not None else self.signals.exit_code if self.signals.exit_code is not None

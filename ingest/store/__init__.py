@@ -3,8 +3,8 @@
 `base` (the interface every store implements: `StoreBase`, `Capabilities`, errors), `uri` (which store a
 URI names: `kind`, `local_path`; it imports no store), `factory` (the store a URI names, made: `open_store`,
 `store_at`; only the steps and the face import it), one module per store (`milvus`, `postgres`, `qdrant`,
-`lancedb`), `schema` (the fields and the rows to upsert), `collection` (store and manifest opened and owned
-together), `manifest` (the SQLite manifest of an embedded store) and `server_manifest` (a Milvus server's),
+`lancedb`, `null`), `schema` (the fields and the rows to upsert), `collection` (store and manifest opened and owned
+together), `manifest` (the SQLite manifest of an embedded store), `server_manifest` (a Milvus server's) and `lease`,
 `writers` (the writer processes), `lite_host` (the process that serves a Milvus Lite file). The steps import
 the interface and the errors from here, `open_store` from `factory`; `Store` is the Milvus store.
 """

@@ -6,8 +6,8 @@
 The table `<collection>` holds the Milvus schema's fields; its Arrow schema's metadata {"ingest": {role, model,
 dim, backend, schema}} marks it as ingest's (a table without it is never written, dropped or re-embedded).
 Searches: dense by cosine (an exact scan below INDEX_ROWS rows; above, an IVF-Flat index built by `finish` at the
-end of a first load, as PostgreSQL's HNSW is), bm25 over Lance's full-text index of `search_text`, and hybrid
-(both lists fused by reciprocal rank, k = RRF_K).
+end of a run that was not stopped, when the table has none, as PostgreSQL's HNSW is), bm25 over Lance's
+full-text index of `search_text`, and hybrid (both lists fused by reciprocal rank, k = RRF_K).
 
 NOTE (last good copy): the run's writer processes append their rows to a second table, `<collection>__staged`,
 which no search reads (Lance resolves concurrent appends: several writers at once). `commit` then publishes the

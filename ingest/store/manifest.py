@@ -1,6 +1,6 @@
 """The durable per-file manifest: what the store holds, file by file.
 
-`Manifest` is the interface the run uses. An embedded store (Milvus Lite, Qdrant's local mode) keeps
+`Manifest` is the interface the run uses. An embedded store (Milvus Lite, Qdrant's local mode, LanceDB) keeps
 it in SQLite next to the store (`SqliteManifest`); a server store keeps it in the same server
 (`StoreBase.own`: e.g. `ingest.store.server_manifest.ServerManifest`), so every machine sees it.
 

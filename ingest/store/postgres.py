@@ -14,8 +14,8 @@ shared with Milvus' mode. `hybrid` fuses both lists, each max(4k, 20) long, by r
 NOTE (loads): rows arrive by binary COPY straight into the table; a batch whose ids are already there
 (a resumed run, a retried batch) is COPYed into a temp table instead and upserted from it (INSERT ... ON
 CONFLICT (id) DO UPDATE), so an upsert stays idempotent. The HNSW index is built after a first load, not
-before it (inserting into an HNSW index costs about 1 ms a row): `finish()`, at the end of a run that
-wrote, builds it when it is missing (until then a dense search is an exact scan). Every call has
+before it (inserting into an HNSW index costs about 1 ms a row): `finish()`, at the end of a run that was
+not stopped, builds it when it is missing (until then a dense search is an exact scan). Every call has
 statement_timeout = timeout_s (the index build INDEX_TIMEOUT_S); connecting has connect_timeout and a dead
 peer is noticed by TCP keepalives and tcp_user_timeout. Errors: a value the table cannot hold (a NUL byte, a
 dimension, an overflow) is StoreRejected, anything else StoreError; messages go through `one_line`, which
@@ -210,7 +210,7 @@ class PostgresStore(StoreBase):
 
     @retried
     def finish(self) -> None:
-        """At the end of a run that wrote: build the HNSW index (cosine) if the table has rows and no index yet
+        """At the end of a run that was not stopped: build the HNSW index (cosine) if the table has rows and no index yet
         (a first load, or the rest of one a stopped run left unindexed). Searches before it are exact scans."""
         from psycopg import sql
 

@@ -13,6 +13,12 @@ Each group is planned first (ingest/reuse.py NOTE): chunks whose vector was made
 store's rows of a changed file, the local cache) skip the pool, equal chunks go to it once, and a file
 none of whose chunks need the encoder never waits for it; its outcome counts chunks encoded and reused.
 
+NOTE (merged groups): whole files of fewer than GROUP_CHUNKS chunks that follow each other on `feed` go to
+the pool as one group (`Merged`), up to GROUP_CHUNKS chunks: those already there, never waiting for the
+next. Planning, the pool's per-group work and the vectors' assembly are then paid once a group, not once
+a file (~16 chunks a small file); the writer still gets each file alone, in order. A file whose earlier
+version's rows reuse reads from the store (a changed file) goes alone, and so does a big file's part.
+
 NOTE (stopping): once the run stops (`stopping`), every file that comes next passes to the writer as
 failed "interrupted", and so does every file the pool took but had not encoded: the pool finishes
 at most the batch a worker is running and drops the windows it read ahead (up to
@@ -60,6 +66,19 @@ class Part:
     @property
     def last(self) -> bool:                   # the file's final group
         return self.end and self.file.last
+
+
+@dataclass(frozen=True, eq=False)
+class Merged:
+    """Whole small files in one group (NOTE: merged groups): each member's Part and the span of its rows in the
+    group. What Reuse.plan reads of a part: `file` (the first member: no store rows to read), `chunks`, `last`."""
+    members: tuple[tuple[Part, int, int], ...]
+    chunks: list[Row]
+    file: Finished
+    last: bool = False                        # no member's previous rows are held by Reuse (none were read)
+
+
+_HELD = object()                              # _groups: no file held back from the last merge
 
 
 class EncodeStage:
@@ -115,26 +134,42 @@ class EncodeStage:
                     offset = 0
                     for pl, encoded in pool.encode_groups(((g, g.tokens) for g in chain([plan], groups)),
                                                           on_failed=lambda *f: failures.append(f), stop=self.stopping):
-                        p, vectors = pl.part, self.reuse.assemble(pl, encoded)
+                        vectors = self.reuse.assemble(pl, encoded)
                         if vectors is None or self._stopped(pl):    # dropped by the stop (NOTE: stopping)
                             offset += pl.encoded
-                            self._drop(p)
+                            for p, _, _ in members(pl):
+                                self._drop(p)
                             continue
-                        if np.isnan(vectors).any():     # its chunks (or the equal ones it waited for) failed
-                            self.writer.fail(p.file, chunk_failure_text(failures, offset, p.start, pl.misses))
-                        offset += pl.encoded
                         stats = pool.stats
-                        self._add(p, vectors, self._meter.charge(stats["encode_s"], stats["chunks"], pl.encoded),
-                                  pl)
+                        self._deliver(pl, vectors, self._meter.charge(stats["encode_s"], stats["chunks"], pl.encoded),
+                                      failures, offset)
+                        offset += pl.encoded
                     self.stats = dict(pool.stats)
                     break
                 if self._stopped(plan):
-                    self._drop(plan.part)
+                    for p, _, _ in members(plan):
+                        self._drop(p)
                     continue
-                self._add(plan.part, self.reuse.assemble(plan, empty) if plan.keys else empty, plan=plan)
+                self._deliver(plan, self.reuse.assemble(plan, empty) if plan.keys else empty, 0.0, [], 0)
             self.writer.flush()
         except BaseException as exc:
             self.on_error(exc)
+
+    def _deliver(self, plan: Plan, vectors: np.ndarray, seconds: float, failures: list[tuple[int, int, BaseException]],
+                 offset: int) -> None:
+        """Each file (or part) of a planned group to the writer with its vectors; one with a chunk that could not be
+        encoded (a NaN row) fails, named by `failures` (the encode call's; the group's misses from `offset` on)."""
+        parts = members(plan)
+        misses = np.asarray(plan.misses, dtype=np.int64)
+        for p, lo, hi in parts:
+            mine = vectors[lo:hi] if len(parts) > 1 else vectors
+            first, stop = np.searchsorted(misses, (lo, hi)).tolist() if len(parts) > 1 else (0, len(misses))
+            if len(mine) and np.isnan(mine).any():      # its chunks (or the equal ones it waited for) failed
+                sent = (misses[first:stop] - lo).tolist()
+                self.writer.fail(p.file, chunk_failure_text(failures, offset + first, p.start, sent))
+            encoded = stop - first
+            share = seconds * encoded / plan.encoded if plan.encoded else 0.0
+            self._add(p, mine, share, (encoded, hi - lo - encoded) if hi > lo else None)
 
     def _stopped(self, plan: Plan) -> bool:
         """A group of chunks none of which the pool encoded, once the run stops: dropped like the pool's (NOTE:
@@ -146,14 +181,15 @@ class EncodeStage:
         self.writer.fail(part.file, INTERRUPTED)
         self._add(replace(part, file=interrupted(part.file), chunks=[]), np.zeros((0, 0), dtype=np.float32))
 
-    def _add(self, part: Part, vectors: np.ndarray, seconds: float = 0.0, plan: Plan | None = None) -> None:
+    def _add(self, part: Part, vectors: np.ndarray, seconds: float = 0.0,
+             counts: tuple[int, int] | None = None) -> None:
         """Hand a group to the writer; the file's last carries the seconds its groups took to encode, and
-        how many of its chunks were encoded and reused."""
+        how many of its chunks were encoded and reused (`counts`: this group's)."""
         file, seq = part.file, part.file.ref.seq
         self._encode_s[seq] = self._encode_s.get(seq, 0.0) + seconds
         encoded, reused = self._counts.get(seq, (0, 0))
-        if plan is not None and part.chunks:
-            self._counts[seq] = encoded, reused = encoded + plan.encoded, reused + plan.reused
+        if counts is not None and part.chunks:
+            self._counts[seq] = encoded, reused = encoded + counts[0], reused + counts[1]
         if part.last:
             self._counts.pop(seq, None)
             outcome = evolve(file.outcome, encoded=encoded, reused=reused)
@@ -188,29 +224,91 @@ class EncodeStage:
         """A Plan (ingest/reuse.py: what is reused, what goes to the encoder) for each group of each file, in file
         order; a file with chunks to encode first waits for the pool's first worker. The get times out to
         notice a closed run."""
+        held: Any = _HELD
         while not self.closed.is_set():
-            try:
-                file = self.feed.get(timeout=0.5)
-            except queue.Empty:
-                continue
+            if held is not _HELD:
+                file, held = held, _HELD
+            else:
+                try:
+                    file = self.feed.get(timeout=0.5)
+                except queue.Empty:
+                    continue
             if file is None:
                 return
-            if file.outcome.status == "ingested" and self.stopping.is_set():
-                file = interrupted(file)
+            file = self._arrived(file)
+            batch = [file]
+            if self._mergeable(file):           # NOTE: merged groups
+                chunks = file.chunk_count
+                while chunks < GROUP_CHUNKS:
+                    try:
+                        nxt = self.feed.get_nowait()
+                    except queue.Empty:
+                        break
+                    nxt = nxt if nxt is None else self._arrived(nxt)
+                    if nxt is None or not self._mergeable(nxt) or chunks + nxt.chunk_count > GROUP_CHUNKS:
+                        held = nxt
+                        break
+                    batch.append(nxt)
+                    chunks += nxt.chunk_count
+            if len(batch) == 1:
+                yield from self._file_plans(file)
+                continue
+            plan = self.reuse.plan(*merged_group(batch))
+            if plan.encoded and not self._wait_up():
+                self.reuse.cancel(plan)
+                for f in batch:
+                    yield from self._file_plans(interrupted(f))
+                continue
+            yield plan
+
+    def _arrived(self, file: Finished) -> Finished:
+        """A file off the feed: failed "interrupted" if it comes once the run stops (NOTE: stopping)."""
+        return interrupted(file) if file.outcome.status == "ingested" and self.stopping.is_set() else file
+
+    def _mergeable(self, file: Finished) -> bool:
+        """A whole file of one group whose previous rows reuse does not read from the store (NOTE: merged groups)."""
+        return (file.outcome.status == "ingested" and file.last and not file.start
+                and 0 < file.chunk_count < GROUP_CHUNKS and not (file.old_hash and self.reuse.store is not None))
+
+    def _file_plans(self, file: Finished) -> Iterator[Plan]:
+        """The plans of one file's (or part's) groups; a file with chunks to encode first waits for the pool."""
+        plans = [self.reuse.plan(Part(file, start, chunks, end), tokens, keys)
+                 for start, chunks, tokens, keys, end in file_parts(file)]
+        if file.outcome.status == "ingested" and any(p.encoded for p in plans) and not self._wait_up():
+            for p in plans:
+                self.reuse.cancel(p)
+            file = interrupted(file)
             plans = [self.reuse.plan(Part(file, start, chunks, end), tokens, keys)
                      for start, chunks, tokens, keys, end in file_parts(file)]
-            if file.outcome.status == "ingested" and any(p.encoded for p in plans) and not self._wait_up():
-                for p in plans:
-                    self.reuse.cancel(p)
-                file = interrupted(file)
-                plans = [self.reuse.plan(Part(file, start, chunks, end), tokens, keys)
-                         for start, chunks, tokens, keys, end in file_parts(file)]
-            yield from plans
+        yield from plans
 
 
 def interrupted(file: Finished) -> Finished:
     """The file (or part) failed "interrupted" by a stop, without its chunks."""
     return replace(file, outcome=replace(file.outcome, status="failed", error=INTERRUPTED), pages=(), record=False)
+
+
+def members(plan: Plan) -> tuple[tuple[Part, int, int], ...]:
+    """A planned group's files (or part) with the span of their rows in it."""
+    part = plan.part
+    return part.members if isinstance(part, Merged) else ((part, 0, len(plan.keys)),)
+
+
+def merged_group(files: list[Finished]) -> tuple[Merged, Pretokenized, list[bytes] | None]:
+    """Whole small files as one group (NOTE: merged groups): (the Merged part, its texts and ids, its keys if
+    the loaders made every file's)."""
+    members, rows, ids, lengths = [], [], [], []
+    for f in files:
+        items = f.chunk_texts()
+        members.append((Part(f, 0, items, True), len(rows), len(rows) + len(items)))
+        rows += items
+        file_ids, file_lengths = f.token_ids()
+        ids.append(file_ids)
+        lengths.append(file_lengths)
+    blob = b"".join(p.keys for f in files for p in f.pages)
+    keys = [blob[i:i + 16] for i in range(0, len(blob), 16)] if len(blob) == 16 * len(rows) else None
+    tokens = Pretokenized([row.text for row in rows], np.concatenate(ids), np.concatenate(lengths))
+    return Merged(tuple(members), rows, files[0]), tokens, keys
 
 
 def file_parts(file: Finished) -> Iterator[tuple[int, list[Row], Pretokenized, list[bytes] | None, bool]]:
@@ -261,7 +359,7 @@ def make_pool(model: ModelRef, settings: dict[str, Any]) -> EncodePool:
     from ingest.encode_pool import EncodePool
 
     m = settings
-    gpu = m["backend"] == "stub"        # it stands for a GPU run's host: a GPU's batches and windows when "auto"
+    gpu = m["backend"] in ("null", "stub")      # they stand for a GPU host: its batches and windows when "auto"
     return EncodePool(model, devices=m["devices"], batch_size=_auto(m["batch_size"]) or (GPU_BATCH if gpu else None),
                       max_batch_tokens=_auto(m["max_batch_tokens"]) or (GPU_TOKENS if gpu else None),
                       dtype=_auto(m["dtype"]),

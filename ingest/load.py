@@ -41,7 +41,7 @@ from ingest.doc_card import FIRST_PAGES, file_doc
 from ingest.files import FileRef, Finished, Outcome, Times, evolve
 from ingest.store.manifest import Entry
 from ingest.sections import Doc, Outline, page_sections
-from ingest.sniff import sniff
+from ingest.sniff import Misnamed, sniff, sniffed
 from ingest.loaders import LoaderError, LoaderOptions, Page, Unsupported, formats, loader_for, pool_for
 from ingest.loaders import pdf as pdf_loader, text as text_loader
 from ingest.store import FORMAT_MAX
@@ -79,6 +79,7 @@ class LoadTask:
     source: str = ""               # the path relative to the folder: the chunks' context line
     doc: Doc | None = None         # a range task: the file's, from its first task
     range: Range | None = None     # a range task: the part it loads (no hash, no plan)
+    sniff: bool = False            # sniffed here first (ingest/sniff.py NOTE: deferred sniff)
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,8 @@ def init_loader_process(plugins: tuple[str, ...], memory_mb: int) -> None:
 
 
 def import_plugins(plugins: tuple[str, ...]) -> None:
-    """Register the built-in loaders and import the [loaders] plugins; a bad plugin is a one-line
-    ConfigError (the run checks them first, so it stops before anything starts)."""
+    """Register the built-in loaders and import the [loaders] plugins; a bad plugin is a one-line ConfigError
+    (the run checks them first, so it stops before anything starts)."""
     import ingest.loaders  # noqa: F401  (registers the built-in formats)
 
     for name in plugins:
@@ -134,11 +135,13 @@ def file_hash(path: str) -> str:
     return h.hexdigest()
 
 
-def load_file(task: LoadTask) -> Loaded | Failure:
+def load_file(task: LoadTask) -> Loaded | Failure | Misnamed:
     """A file's first load task (hash, plan, its first part or all of it), or a range task."""
     start, cpu = time.perf_counter(), time.process_time()
     try:
         task = replace(task, path=remote.local_copy(task.path)[0])   # a URL's object: fetched once per file
+        if task.sniff and (misnamed := sniffed(task.path, task.source, task.fmt)) is not None:
+            return misnamed
         if task.range is not None:
             loaded = _chunked(task, _range_pages(task, task.range), task.doc, task.range.headings)
         else:
@@ -172,8 +175,7 @@ def _first_part(task: LoadTask) -> tuple[str, Iterable[Page], Callable[[], tuple
 
 
 def _page_ranges(page_count: int, toc: list) -> tuple[Range, ...]:
-    """Pages past the first RANGE_PAGES in ranges of RANGE_PAGES, each under the outline's heading path
-    where it starts."""
+    """Pages past the first RANGE_PAGES in ranges of RANGE_PAGES, each under the outline's heading path at its start."""
     entries = sorted(((n, level, " ".join(title.split())) for level, title, n, *_ in toc if title.strip() and n >= 1),
                      key=lambda e: e[0])
     stack: list[tuple[int, str]] = []
@@ -229,13 +231,6 @@ def task_failure(where: str, exc: BaseException) -> Failure:
                    skip=isinstance(exc, Unsupported))
 
 
-def failure_text(f: Failure) -> str:
-    """The report's line for a Failure."""
-    if f.exitcode is not None and f.pid is not None:
-        return f"{f.error} (pid {f.pid}); retried once in a fresh worker"
-    return f.error
-
-
 # -- in the dispatcher's thread ------------------------------------------------------------
 @dataclass(frozen=True)
 class Job:
@@ -247,10 +242,10 @@ class Job:
 
 
 def plan(ref: FileRef, problem: Outcome | None, entry: Entry | None, settings: str,
-         max_file_mb: float) -> Finished | Job:
-    """A scanned file's way: Finished already (a scan problem; unsupported, too big, or unchanged by
-    size and mtime), or a Job for its loader pool."""
-    verdict = Finished(ref, problem) if problem else sniff(ref, entry, settings, max_file_mb)
+         max_file_mb: float, defer: Callable[[FileRef], bool] = lambda ref: False) -> Finished | Job:
+    """A scanned file's way: Finished already (a scan problem; unsupported, too big, or unchanged by size and
+    mtime), or a Job for its loader pool (its sniff `defer`red to it: ingest/sniff.py NOTE)."""
+    verdict = Finished(ref, problem) if problem else sniff(ref, entry, settings, max_file_mb, defer)
     if isinstance(verdict, Finished):
         return verdict
     same_settings = entry is not None and entry.settings == settings and entry.status == "ingested"
@@ -266,10 +261,11 @@ def drop_if_skipped(file: Finished, known: Mapping[str, Entry]) -> Finished:
     return file
 
 
-def submit(pools: Pools, ref: FileRef, options: LoaderOptions, spec: ChunkSpec, known_hash: str) -> Future:
-    """Load `ref` in the pool of its format: a Future of Loaded or Failure."""
+def submit(pools: Pools, ref: FileRef, options: LoaderOptions, spec: ChunkSpec, known_hash: str,
+           sniff: bool = False) -> Future:
+    """Load `ref` in the pool of its format (sniffed there first: ingest/sniff.py NOTE): a Future of its result."""
     extra_s = options.convert_timeout_s if ref.fmt in LEGACY_FORMATS else 0.0
-    task = LoadTask(ref.path, ref.fmt, options, spec, known_hash, ref.source)
+    task = LoadTask(ref.path, ref.fmt, options, spec, known_hash, ref.source, sniff=sniff)
     return pools.submit(pool_for(ref.fmt), load_file, task, extra_s)
 
 
@@ -281,10 +277,10 @@ def submit_range(pools: Pools, pages: Pages, options: LoaderOptions, spec: Chunk
 
 
 def after_load(ref: FileRef, result: Loaded | Failure, old_hash: str | None, known_chunks: int) -> Finished | Pages:
-    """A file's first load task's result as its next state: Finished (failed, skipped, unchanged: it keeps
-    the `known_chunks` of its manifest entry), or its Pages, waiting for OCR pages and ranges if any."""
+    """A file's first load task's result as its next state: Finished (failed, skipped, unchanged: `known_chunks`
+    kept from its manifest entry), or its Pages, waiting for OCR pages and ranges if any."""
     if isinstance(result, Failure):
-        return Finished(ref, Outcome("skipped" if result.skip else "failed", failure_text(result)))
+        return Finished(ref, Outcome("skipped" if result.skip else "failed", result.line))
     if result.unchanged:
         outcome = Outcome("unchanged", chunks=known_chunks, times=result.times)
         return Finished(replace(ref, file_hash=result.file_hash), outcome, record=True)
@@ -297,8 +293,8 @@ class _Part:
 
 
 class Pages:
-    """A loaded file: its parts (the first load task's, then one per range) as they load and OCR, handed
-    on in order by `ready`; owned by the dispatcher's thread."""
+    """A loaded file's parts (its first task's, then a range's each) as they load and OCR, handed on in order by
+    `ready`; owned by the dispatcher's thread."""
 
     def __init__(self, ref: FileRef, loaded: Loaded, old_hash: str | None):
         self.ref = evolve(ref, file_hash=loaded.file_hash)
@@ -308,9 +304,8 @@ class Pages:
         self.total = 1 + len(loaded.ranges)
         self.parts: dict[int, _Part] = {0: _Part(loaded)}
         self.next, self.start = 0, 0             # the next part to hand on; chunks handed on
-        self.ocr_pages, self.times, self.cut, self.junk = len(loaded.ocr_pages), Times(), 0, 0
+        self.ocr_pages, self.times, self.cut, self.junk, self.junk_sample = len(loaded.ocr_pages), Times(), 0, 0, ""
         self.cpu_s, self.read_pages = loaded.cpu_s, loaded.read_pages     # the loaders' and OCR's CPU, pages read
-        self.junk_sample = ""
         self.warnings: list[str] = list(ref.warnings)
         self.ocr_failures: list[str] = []
         self.failure: str | None = None
@@ -326,7 +321,7 @@ class Pages:
         span = self.loading.pop(part)
         if isinstance(result, Failure):
             what = f"pages {span.start + 1}-{span.end}" if self.ref.fmt == "pdf" else f"bytes {span.start:,}-{span.end:,}"
-            self.failure = self.failure or f"loading {what} failed: {failure_text(result)}"
+            self.failure = self.failure or f"loading {what} failed: {result.line}"
             return
         self.parts[part] = _Part(result)
         self.ocr_pages += len(result.ocr_pages)
@@ -337,7 +332,7 @@ class Pages:
         state.times += result.times
         self.cpu_s += result.cpu_s
         if result.failure is not None:
-            self.ocr_failures.append(f"page {page}: OCR failed: {failure_text(result.failure)}")
+            self.ocr_failures.append(f"page {page}: OCR failed: {result.failure.line}")
             self.warnings.append(self.ocr_failures[-1])
         else:
             state.pages.extend(result.pages)

@@ -7,7 +7,8 @@ dispatcher has nothing else to do (`flush`, called before it waits for an event)
 waits for a batch to fill while a worker could load it. Other files go alone, as before, after the
 batch their pool gathered is sent: a pool takes tasks in file order (a batch never waits behind
 later files, such as a slow one that holds every worker). The worker
-loads a batch's files one after another, exactly as it loads one (`load_file`), and answers one
+loads a batch's files one after another, exactly as it loads one (`load_file`), each sniffed first (the
+dispatcher did not open them: ingest/sniff.py NOTE: deferred sniff), and answers one
 value per file, in order: a file's own error is its own Failure. A batch that fails as a whole (its
 worker died twice or hung: a Failure from the pool; a stopped pool's cancellation) is sent again file
 by file, each in a task of its own with the pool's full timeout and its one retry after a crash, so
@@ -26,6 +27,7 @@ from ingest import remote
 from ingest.chunk import ChunkSpec
 from ingest.files import FileRef
 from ingest.load import LoadTask, Loaded, load_file, submit
+from ingest.sniff import Misnamed
 from ingest.loaders import LoaderOptions, pool_for
 from ingest.workers.failure import Failure
 from ingest.workers.pool import Pools
@@ -36,7 +38,7 @@ BATCHED = tuple(os.environ.get("INGEST_BATCH_FORMATS", "txt,md").split(","))    
 #                                batched (the variable: tests, which batch a plugin's format)
 
 
-def load_files(tasks: tuple[LoadTask, ...]) -> tuple[Loaded | Failure, ...]:
+def load_files(tasks: tuple[LoadTask, ...]) -> tuple[Loaded | Failure | Misnamed, ...]:
     """In a loader worker: each file of the batch loaded as `load_file` loads one (its errors are values)."""
     return tuple(load_file(task) for task in tasks)
 
@@ -79,7 +81,8 @@ class Batches:
         if len(files) == 1:
             self._alone(*files[0])
             return
-        tasks = tuple(LoadTask(ref.path, ref.fmt, self.options, self.spec, known, ref.source) for ref, known in files)
+        tasks = tuple(LoadTask(ref.path, ref.fmt, self.options, self.spec, known, ref.source, sniff=True)
+                      for ref, known in files)
         future = self.pools.submit(pool, load_files, tasks)
         future.add_done_callback(lambda f: self._answered(files, f.result()))
 
@@ -93,5 +96,5 @@ class Batches:
             self.on_result(ref.seq, one)
 
     def _alone(self, ref: FileRef, known_hash: str) -> None:
-        future: Future = submit(self.pools, ref, self.options, self.spec, known_hash)
+        future: Future = submit(self.pools, ref, self.options, self.spec, known_hash, sniff=True)
         future.add_done_callback(lambda f: self.on_result(ref.seq, f.result()))

@@ -231,7 +231,10 @@ class Reuse:
         if self.cache is not None and (misses or plan.to_cache):
             rows = [*misses, *plan.to_cache]
             vectors = out if len(rows) == len(out) and not plan.to_cache else out[rows]
-            (self.sink or self.cache.put)([keys[i] for i in rows], vectors)
+            cached = [keys[i] for i in rows]
+            if self.sink is not None:
+                self.cache.note(cached)         # written by another process: asked for later (vector_cache NOTE)
+            (self.sink or self.cache.put)(cached, vectors)
         return out
 
     def cancel(self, plan: Plan) -> None:

@@ -262,6 +262,10 @@ _SAME_CASE_WORD = re.compile(r"[a-z]{4,}|[A-Z]{4,}")
 # a dump's word, 1 to 8 bytes, after a space (searched in " " + chunk: faster than a lookbehind)
 _HEX_WORD = re.compile(r"\s((?:0x)?(?:[0-9a-fA-F]{2}){1,8}[,:]?)(?=\s|\Z)")
 _NOT_HEXISH = str.maketrans("", "", "0123456789abcdefABCDEFx,:")     # deletes what a _HEX_WORD may hold
+_HEXISH_BYTES = b"0123456789abcdefABCDEFx,:"
+_ASCII_SPACE = b" \t\n\r\x0b\x0c"                 # where bytes.split splits
+_ASCII_CONTROL = bytes([*range(0x00, 0x09), *range(0x0e, 0x1b), 0x7f])   # _CONTROL's ASCII characters
+_ASCII_ODD = bytes([*range(0x00, 0x09), *range(0x0e, 0x20), 0x7f])    # controls, and spaces str.split adds
 _HEX_LETTER = re.compile(r"[a-fA-F]")
 _HEX_INNER = re.compile(r"[0-9a-fA-F][a-fA-F]")             # a letter not leading: "4f", "ff"; none in "a11 b12"
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x7f-\x84\x86-\x9f]")   # Cc but spaces and ESC (colored logs)
@@ -307,6 +311,33 @@ def _base64(codes: list[str]) -> bool:
     return 3 * sum(map(eq, flat, flat[4:])) >= n and len(set(flat)) >= 16
 
 
+def _ascii_junk(data: bytes) -> bool:
+    """`is_junk` of an ASCII chunk without controls or \\x1c-\\x1f (most text), as bytes: bytes.split splits
+    it where str.split does, no character is unreadable, and bytes' translate and split are ~2x cheaper (the
+    loader's junk check from 18 to 8 us a 1 KB chunk: issue 45). The same answer as the str path."""
+    words = data.split()
+    visible = len(data.translate(None, _ASCII_SPACE))
+    if visible < 16:
+        return False
+    if max(map(len, words)) >= LONG_RUN:
+        encoded = _encoded([w.decode() for w in words if len(w) >= LONG_RUN])
+        if encoded > JUNK_SHARE * visible and visible - encoded < LANGUAGE_CHARS:
+            return True
+    if len(words) < 16 or len(words) - len(data.translate(None, _HEXISH_BYTES).split()) <= 0.6 * len(words):
+        return False
+    return _hex_dump(" " + data.decode(), len(words))
+
+
+def _hex_dump(spaced: str, words: int) -> bool:
+    """Most of the `words` words of the text (`spaced`: after a space) are hex bytes, enough of them with letters."""
+    hex_words = _HEX_WORD.findall(spaced)      # the words that are hex, in one pass over the chunk
+    if len(hex_words) <= 0.6 * words:
+        return False
+    lettered = [w for w in hex_words if w.startswith("0x") or _HEX_LETTER.search(w)]
+    inner = sum(1 for w in lettered if w.startswith("0x") or _HEX_INNER.search(w))
+    return len(lettered) > 0.2 * words and inner > 0.05 * words
+
+
 def _words_share(text: str) -> float:
     """The share of the characters of `text`'s words (controls splitting them; those holding a letter or digit)
     that are in words as a language writes them (3 letters or more, in lower case after the first or all
@@ -327,7 +358,11 @@ def _words_share(text: str) -> float:
 def drop_controls(chunk: str) -> str:
     """The chunk without control characters (extraction artefacts; NOTE): one between two word characters
     stands for a space or a delimiter ("ker\x10f", a glyph for each space) and becomes a space, others go."""
-    if not _CONTROL.search(chunk):
+    if chunk.isascii():                         # bytes' translate: ~4x cheaper than the search over ASCII
+        data = chunk.encode()
+        if len(data.translate(None, _ASCII_CONTROL)) == len(data):
+            return chunk
+    elif not _CONTROL.search(chunk):
         return chunk
     return _CONTROL.sub("", _INNER_CONTROLS.sub(" ", chunk))
 
@@ -335,6 +370,10 @@ def drop_controls(chunk: str) -> str:
 def is_junk(chunk: str) -> bool:
     """Encoded data (base64, data: URIs, long hex), hex dumps and binary read as text: not language,
     never worth a vector. Text in any script, OCR without spaces, formulas, tables and links are kept."""
+    if chunk.isascii():
+        data = chunk.encode()
+        if len(data.translate(None, _ASCII_ODD)) == len(data):
+            return _ascii_junk(data)
     words = chunk.split()                      # str.split and str.isspace agree on what is a space
     visible = sum(map(len, words))
     if visible < 16:
@@ -356,10 +395,5 @@ def is_junk(chunk: str) -> bool:
         # findall, which prose then need not run: issue 45).
         if len(words) - len(chunk.translate(_NOT_HEXISH).split()) <= 0.6 * len(words):
             return False
-        hex_words = _HEX_WORD.findall(" " + chunk)      # the words that are hex, in one pass over the chunk
-        if len(hex_words) <= 0.6 * len(words):
-            return False
-        lettered = [w for w in hex_words if w.startswith("0x") or _HEX_LETTER.search(w)]
-        inner = sum(1 for w in lettered if w.startswith("0x") or _HEX_INNER.search(w))
-        return len(lettered) > 0.2 * len(words) and inner > 0.05 * len(words)
+        return _hex_dump(" " + chunk, len(words))
     return False

@@ -9,14 +9,23 @@ far as ole.MAX_DIR_SECTORS. A file read by
 its content despite its name gets a warning. Text-encoding knowledge (BOMs, BOM-less UTF-16) comes
 from the text loader. Before any of that, the manifest: a file whose size and mtime are unchanged
 is done here without being opened; after it, the size limit.
+
+NOTE (deferred sniff): a small text or Markdown file (by its name; the dispatcher's `defer`: one that goes to a
+loader several to a task, ingest/load_batch.py) is not opened here but by its loader worker, which sniffs it
+first (`LoadTask.sniff`): the dispatcher's thread is spared four system calls a file, each a hand-off of the GIL
+(~3 us of its CPU a chunk at 16 chunks a file, bench/feed.py). The worker's verdict is the same: a file the
+sniff skips or fails comes back as that Failure, with the sniff's words; one whose content is another format
+comes back `Misnamed`, and the dispatcher sends it alone to that format's pool, with the warning it gets here
+(`content_format`).
 """
 from __future__ import annotations
 
 import errno
 import os
 import stat
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
+from typing import Callable
 
 from ingest import remote
 from ingest.files import FileRef, Finished, Outcome, evolve
@@ -170,22 +179,46 @@ def unchanged(ref: FileRef, known: Entry | None, settings: str) -> Finished | No
     return None
 
 
-def sniff(ref: FileRef, known: Entry | None, settings: str, max_file_mb: float) -> FileRef | Finished:
+@dataclass(frozen=True)
+class Misnamed:
+    """A loader's answer for a file it sniffed (NOTE: deferred sniff) whose content is another format: `fmt`."""
+    fmt: str
+
+
+def sniffed(path: str, source: str, fmt: str) -> Misnamed | None:
+    """In a loader worker (NOTE: deferred sniff): None if the file at `path` (`source` in the folder) is `fmt`, what
+    its name says; Misnamed if its content is another format. Raises the sniff's Unsupported or LoaderError."""
+    found = detect_format(path, PurePosixPath(source).suffix.lower())
+    return None if found == fmt else Misnamed(found)
+
+
+def sniff(ref: FileRef, known: Entry | None, settings: str, max_file_mb: float,
+          defer: Callable[[FileRef], bool] = lambda ref: False) -> FileRef | Finished:
     """The step before loading: `ref` with its format (and a warning when its content contradicts
     its name), or the Finished file when it needs no loader (unsupported, empty, unreadable or
     damaged, over max_file_mb, or unchanged by size and mtime, which is decided first: an unchanged
-    file is not opened)."""
+    file is not opened). A file `defer` takes, by its name's format, is not opened here: its loader
+    sniffs it (NOTE: deferred sniff)."""
     if (same := unchanged(ref, known, settings)) is not None:
         return same
     ext = PurePosixPath(ref.source).suffix.lower()        # the name in the folder, not a followed link's target
     claimed = format_for_extension(ext)
     guess = evolve(ref, fmt=claimed or ext.lstrip(".") or "unknown")
+    if claimed is not None and ref.size <= max_file_mb * 1e6 and defer(guess):
+        return guess
     try:
         fmt = detect_format(ref.path, ext)
     except Unsupported as exc:
         return Finished(guess, Outcome("skipped", str(exc)))
     except LoaderError as exc:
         return Finished(guess, Outcome("failed", str(exc)))
+    return content_format(ref, fmt, max_file_mb)
+
+
+def content_format(ref: FileRef, fmt: str, max_file_mb: float) -> FileRef | Finished:
+    """`ref` read as `fmt`, what its content is: a warning if its name says otherwise; failed if over max_file_mb."""
+    ext = PurePosixPath(ref.source).suffix.lower()
+    claimed = format_for_extension(ext)
     ref = evolve(ref, fmt=fmt)
     if claimed is not None and fmt != claimed:
         ref = replace(ref, warnings=(*ref.warnings, f"content is {LABELS[fmt]}; read as {fmt} despite the {ext} name"))

@@ -135,3 +135,109 @@ def test_many_small_groups_come_back_in_order_and_whole() -> None:
         out = [(key, rows.shape) for key, rows in pool.encode_groups(groups())]
     assert [k for k, _ in out] == list(range(len(sizes)))
     assert [s[0] for _, s in out] == sizes.tolist() and all(s[1] == 384 for _, s in out if s[0])
+
+
+def _finished(seq: int, text: str, spec: ChunkSpec, old_hash: str | None = None):
+    from ingest.files import Finished
+
+    chunks = page_chunks(None, text, spec)
+    ref = FileRef(seq, f"f{seq:02d}.txt", f"/nowhere/f{seq:02d}.txt", fmt="txt", file_hash=f"h{seq}")
+    return Finished(ref, Outcome("ingested", chunks=len(chunks.chunks)), (chunks,), old_hash, record=True)
+
+
+def test_small_files_waiting_together_share_one_encode_group() -> None:
+    """Whole small files already on the feed go to the pool as one group (ingest/encode.py NOTE: merged groups),
+    each with the span of its rows, in file order; a file with no chunks, and one whose previous rows reuse reads
+    from the store, go alone; a file never waits for the next to arrive."""
+    import threading
+
+    from ingest.config import load_config
+    from ingest.encode import EncodeStage, Merged, members
+    from ingest.files import Finished
+    from ingest.store.factory import open_store
+
+    cfg = load_config(None)
+    settings = {**cfg["model"], "backend": "null"}
+    spec = ChunkSpec(MODEL.tokenizer_file, MODEL.max_seq_length, 200, 30)
+    stage = EncodeStage(MODEL, settings, None, lambda e: None, threading.Event())
+    stage.reuse.store = open_store("null://", "documents")     # the rows of changed files are read from a store
+    files = [_finished(i, paragraphs(i, 1 + i % 3), spec) for i in range(6)]
+    empty = Finished(FileRef(6, "f06.txt", "/nowhere/f06.txt", fmt="txt"), Outcome("empty", "no text found"),
+                     record=True)
+    changed = _finished(7, paragraphs(7, 2), spec, old_hash="old")
+    for f in (*files, empty, changed, _finished(8, paragraphs(8, 1), spec)):
+        stage.feed.put(f)
+    stage.feed.put(None)
+    try:
+        plans = list(stage._groups())
+    finally:
+        stage.close()
+    first = plans[0]
+    assert isinstance(first.part, Merged) and [p.file.ref.seq for p, _, _ in first.part.members] == list(range(6))
+    spans = [(lo, hi) for _, lo, hi in first.part.members]
+    sizes = [f.chunk_count for f in files]
+    assert spans == [(sum(sizes[:i]), sum(sizes[:i + 1])) for i in range(6)] and len(first.keys) == sum(sizes)
+    assert first.encoded == sum(sizes) and len(first.tokens) == sum(sizes)
+    ids = np.concatenate([f.token_ids()[0] for f in files])
+    assert np.array_equal(first.tokens.ids, ids)
+    assert [r.text for r in first.part.chunks] == [r.text for f in files for r in f.chunk_texts()]
+    rest = [[p.file.ref.seq for p, _, _ in members(plan)] for plan in plans[1:]]
+    assert rest == [[6], [7], [8]]                      # alone: no chunks; rows in the store; the last one
+
+
+def test_a_poisoned_chunk_in_a_shared_group_fails_only_its_own_file(work: Path) -> None:
+    """30 small files, two with a chunk the encoder fails on every attempt: those two fail, naming the chunk,
+    and the others, which shared encode groups with them, are ingested whole."""
+    for i in range(30):
+        text = paragraphs(i, 3)
+        if i in (5, 17):
+            text = "\n\n".join([*text.split("\n\n")[:2], "POISON " + paragraphs(100 + i, 1)])
+        (work / "docs" / f"f{i:02d}.txt").write_text(text)
+    rc, err, report = cli(["run", "docs", "--store", "store.db", "--backend", "null", "--report", "report.json",
+                           "--quiet"], work, INGEST_FAULT=json.dumps({"match": "POISON", "action": "raise"}))
+    assert rc == 1, err[-2000:]
+    files = {f["path"]: f for f in report["files"]}
+    failed = {p: f["error"] for p, f in files.items() if f["status"] != "ingested"}
+    assert set(failed) == {"f05.txt", "f17.txt"}, failed
+    assert all("chunk 2 could not be encoded" in e and "injected fault" in e for e in failed.values()), failed
+    ingested = [f for f in files.values() if f["status"] == "ingested"]
+    assert len(ingested) == 28 and all(f["encoded"] == f["chunks"] == 3 for f in ingested)
+    with sqlite3.connect(work / "store.db.documents.manifest.sqlite") as con:
+        recorded = {s for (s,) in con.execute("SELECT source FROM files")}
+    assert recorded == {p for p in files if p not in failed}
+
+
+def test_small_files_sniffed_by_their_loader_get_the_verdict_the_dispatcher_gave(work: Path) -> None:
+    """Small text and Markdown files are sniffed in their loader worker, not by the dispatcher (ingest/sniff.py
+    NOTE: deferred sniff): a PDF or a DOCX by a text name is read as what it is, with the sniff's warning, and an
+    empty or binary one is skipped or failed with the sniff's words, as a full sniff in the dispatcher says."""
+    import docx
+    import pymupdf
+
+    from ingest.sniff import sniff
+
+    pdf = pymupdf.open()
+    pdf.new_page().insert_text((72, 72), "Tide tables for the northern harbour, printed every spring.")
+    document = docx.Document()
+    document.add_paragraph("Minutes of the orchard cooperative: the copper roof is repaired.")
+    docs = work / "docs"
+    (docs / "scan.txt").write_bytes(pdf.tobytes())
+    document.save(docs / "minutes.md")
+    (docs / "empty.txt").write_bytes(b"")
+    (docs / "binary.txt").write_bytes(bytes(range(256)) * 8)
+    (docs / "plain.txt").write_text(paragraphs(1, 2))
+    rc, err, report = cli(["run", "docs", "--store", "null://", "--backend", "null", "--report", "report.json",
+                           "--quiet"], work)
+    files = {f["path"]: f for f in report["files"]}
+    for name in ("scan.txt", "minutes.md", "empty.txt", "binary.txt", "plain.txt"):
+        path = docs / name
+        verdict = sniff(FileRef(0, name, str(path), path.stat().st_size), None, "", 100)
+        got = files[name]
+        if isinstance(verdict, FileRef):
+            assert got["status"] == "ingested" and got["format"] == verdict.fmt, got
+            assert list(verdict.warnings) == [w for w in got.get("warnings", []) if "despite" in w], got
+        else:
+            assert (got["status"], got["error"]) == (verdict.outcome.status, verdict.outcome.error), got
+    assert files["scan.txt"]["format"] == "pdf" and files["minutes.md"]["format"] == "docx"
+    assert files["binary.txt"]["status"] == "failed" and files["empty.txt"]["status"] == "skipped"
+    assert rc == 1, err[-2000:]

@@ -15,6 +15,13 @@ class Failure:
     traceback: str | None = None
     skip: bool = False         # the input is unsupported here (reported as skipped, not failed)
 
+    @property
+    def line(self) -> str:
+        """The report's line for it (a task whose worker died was retried once in a fresh one: workers/pool.py)."""
+        if self.exitcode is not None and self.pid is not None:
+            return f"{self.error} (pid {self.pid}); retried once in a fresh worker"
+        return self.error
+
     @staticmethod
     def describe_exit(exitcode: int | None) -> str:
         if exitcode is None:

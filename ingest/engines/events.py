@@ -7,18 +7,19 @@ from typing import Union
 
 from ingest import load, ocr
 from ingest.files import Finished, Times
+from ingest.sniff import Misnamed
 from ingest.workers.failure import Failure
 
 
 @dataclass(frozen=True)
 class LoadDone:
     seq: int
-    result: load.Loaded | Failure
+    result: load.Loaded | Failure | Misnamed
     part: int = 0                   # a range task's (0: the file's first load task)
 
     @property
     def times(self) -> Times:
-        """The seconds the worker spent (none known for a Failure)."""
+        """The seconds the worker spent (none known for a Failure, or a file it only sniffed)."""
         return self.result.times if isinstance(self.result, load.Loaded) else Times()
 
 

@@ -41,10 +41,10 @@ from ingest.engines.events import Accepted, EncodeFailed, Event, LoadDone, OcrPa
 from ingest.engines.inflight import InFlight, Ranged, files_in_flight
 from ingest.engines.run import Run, RunError
 from ingest.engines.warm import loader_pools
-from ingest.files import INTERRUPTED, FileRef, Finished, Outcome
+from ingest.files import INTERRUPTED, FileRef, Finished, Outcome, evolve
 from ingest.load_batch import Batches, batchable
 from ingest.loaders import pool_for
-from ingest.sniff import unchanged
+from ingest.sniff import Misnamed, content_format, unchanged
 from ingest.store import StoreError
 from ingest.timeline import Timeline, slots
 from ingest.workers.failure import Failure
@@ -191,9 +191,14 @@ class LocalRun(Run):
     # -- per-file steps ---------------------------------------------------------------
     def _dispatch(self, ref: FileRef, problem: Outcome | None) -> None:
         job = load.plan(ref, problem, self.col.known.get(ref.source), self.col.settings,
-                        self.cfg["limits"]["max_file_mb"])
+                        self.cfg["limits"]["max_file_mb"], defer=batchable)     # ingest/sniff.py NOTE: deferred sniff
         if isinstance(job, Finished):
             return self._complete(job)
+        self._send(job)
+
+    def _send(self, job: load.Job) -> None:
+        """A planned file to its loader pool (small text files several to a task)."""
+        ref = job.ref
         self._pending[ref.seq] = job
         if job.old_hash and self.col.reuse is not None:
             self.col.reuse.expect(ref.source)         # its previous rows are read with others' (ingest/reuse.py)
@@ -214,6 +219,9 @@ class LocalRun(Run):
             return
         if not isinstance(state, load.Job):                 # interrupted meanwhile
             return
+        if isinstance(event.result, Misnamed):              # its loader sniffed another format: to that one's pool
+            ref = content_format(state.ref, event.result.fmt, self.cfg["limits"]["max_file_mb"])
+            return self._complete(ref) if isinstance(ref, Finished) else self._send(evolve(state, ref=ref))
         state = load.after_load(state.ref, event.result, state.old_hash, state.known_chunks)
         if isinstance(state, Finished):
             return self._complete(state)

@@ -111,6 +111,8 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
         if recorded and recorded[0] == model.name and recorded[2] != backend:
             raise StoreError(f"collection {store.collection!r} holds {recorded[2]} vectors, not {backend} (backend); "
                              "rerun with --reembed to re-embed everything, or use another --collection")
+        if recorded and model.dim and recorded[0] == model.name and recorded[1] != model.dim:
+            store.refuse_other(recorded, model.name, model.dim, backend)    # now, before any process starts
         model_file(model, backend)             # an ONNX backend: exported (once) and guarded, or refused now
         shared = {"model": model.name, "chunk_tokens": ch["chunk_tokens"], "overlap_tokens": ch["overlap_tokens"],
                   "max_seq_length": model.max_seq_length, "context_tokens": ch["context_tokens"],

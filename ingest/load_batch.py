@@ -14,8 +14,8 @@ worker died twice or hung: a Failure from the pool; a stopped pool's cancellatio
 by file, each in a task of its own with the pool's full timeout and its one retry after a crash, so
 a crash or a hang is charged to the file that caused it and never to the others. A batch's time limit
 is one file's ([loaders.X] timeout_s): its files are small, so a batch that needs longer holds a
-hang. Results reach the dispatcher through `on_result(seq, result)`, one per file, from pebble's
-result thread, as a single task's do.
+hang. Results reach the dispatcher through `on_results([(seq, result), ...])`, a batch's at once (one wake-up of the
+dispatcher for its files, not one a file), from pebble's result thread, as a single task's do.
 """
 from __future__ import annotations
 
@@ -52,8 +52,8 @@ class Batches:
     """The small files waiting to be sent, by pool (NOTE); owned by the dispatcher's thread."""
 
     def __init__(self, pools: Pools, options: LoaderOptions, spec: ChunkSpec,
-                 on_result: Callable[[int, Loaded | Failure], None]):
-        self.pools, self.options, self.spec, self.on_result = pools, options, spec, on_result
+                 on_results: Callable[[list[tuple[int, Loaded | Failure | Misnamed]]], None]):
+        self.pools, self.options, self.spec, self.on_results = pools, options, spec, on_results
         self._waiting: dict[str, list[tuple[FileRef, str]]] = {}
 
     def add(self, ref: FileRef, known_hash: str) -> None:
@@ -92,9 +92,8 @@ class Batches:
             for ref, known in files:
                 self._alone(ref, known)
             return
-        for (ref, _), one in zip(files, result):
-            self.on_result(ref.seq, one)
+        self.on_results([(ref.seq, one) for (ref, _), one in zip(files, result)])
 
     def _alone(self, ref: FileRef, known_hash: str) -> None:
         future: Future = submit(self.pools, ref, self.options, self.spec, known_hash, sniff=True)
-        future.add_done_callback(lambda f: self.on_result(ref.seq, f.result()))
+        future.add_done_callback(lambda f: self.on_results([(ref.seq, f.result())]))

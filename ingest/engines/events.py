@@ -24,6 +24,12 @@ class LoadDone:
 
 
 @dataclass(frozen=True)
+class Loads:
+    """A loader batch's files' results at once (ingest/load_batch.py)."""
+    done: tuple[LoadDone, ...]
+
+
+@dataclass(frozen=True)
 class OcrPageDone:
     seq: int
     part: int
@@ -60,4 +66,4 @@ class Stop:
     pass
 
 
-Event = Union[LoadDone, OcrPageDone, PartWritten, Accepted, Written, EncodeFailed, Stop]
+Event = Union[LoadDone, Loads, OcrPageDone, PartWritten, Accepted, Written, EncodeFailed, Stop]

@@ -37,7 +37,8 @@ from typing import Any, Iterator
 
 from ingest import load, ocr, remote
 from ingest.encode import EncodeStage
-from ingest.engines.events import Accepted, EncodeFailed, Event, LoadDone, OcrPageDone, PartWritten, Stop, Written
+from ingest.engines.events import (Accepted, EncodeFailed, Event, LoadDone, Loads, OcrPageDone, PartWritten, Stop,
+                                   Written)
 from ingest.engines.inflight import InFlight, Ranged, files_in_flight
 from ingest.engines.run import Run, RunError
 from ingest.engines.warm import loader_pools
@@ -79,7 +80,7 @@ class LocalRun(Run):
         self.pools = pipe.loader_pools() if pipe else loader_pools(cfg)
         self._replaced = self.pools.replaced
         self._batches = Batches(self.pools, self.loader_options, self.spec,
-                                lambda seq, result: self.events.put(LoadDone(seq, result)))
+                                lambda done: self.events.put(Loads(tuple(LoadDone(*d) for d in done))))
         self._reads = col.reuse.reads if col.reuse is not None else 0
         self.writer = (pipe.writer if pipe else Writer)(
             col.store, col.manifest, col.model.name, col.settings, cfg["store"]["batch_size"],
@@ -171,6 +172,9 @@ class LocalRun(Run):
                 self._interrupt()
             elif isinstance(event, LoadDone):
                 self._loaded(event)
+            elif isinstance(event, Loads):
+                for done in event.done:
+                    self._loaded(done)
             else:
                 self._part_done(event)
         encode_thread.join(timeout=30 if self._fatal is None else 1)

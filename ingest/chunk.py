@@ -35,7 +35,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from ingest.sections import Box, Doc, Section, context_line, drop_controls, is_junk, joined_headings, union_box
+from ingest.junk import drop_controls, is_junk
+from ingest.sections import Box, Doc, Section, context_line, joined_headings, union_box
 from ingest.store.schema import TEXT_MAX as MAX_CHUNK_BYTES
 from ingest.workers.encode.word_cache import WHITESPACE, WordTokens, additive, template
 
@@ -60,7 +61,7 @@ class PageChunks:
     headings: str = ""               # the heading path, joined by " > " (ingest.sections.joined_headings)
     element: str = "text"            # "text" | "table"
     bboxes: tuple[str, ...] = ()     # each chunk's "x0,y0,x1,y1" on its page (PDF points), or () when unknown
-    junk: int = 0                    # chunks skipped as non-language text (ingest.sections.is_junk)
+    junk: int = 0                    # chunks skipped as non-language text (ingest.junk.is_junk)
     junk_sample: str = ""            # the start of the first of them, escaped: the report shows what was skipped
     keys: bytes = b""                # each chunk's reuse key, 16 bytes each (ChunkSpec.key_secret), or b""
 
@@ -87,7 +88,7 @@ class ChunkSpec:
     chunk_tokens: int
     overlap_tokens: int
     context_tokens: int = 0          # the context line's tokens embedded before each chunk (0: none)
-    skip_junk: bool = False          # skip non-language chunks (ingest.sections.is_junk)
+    skip_junk: bool = False          # skip non-language chunks (ingest.junk.is_junk)
     card_context: bool = True        # the document card's label in the context line (ingest/doc_card.py)
     key_secret: bytes = b""          # the run's reuse secret (ingest/reuse.py): each chunk's key made here, in
     #                                  the loader, not in the supervisor; b"": none made
@@ -136,7 +137,7 @@ def section_chunks(section: Section, spec: ChunkSpec, doc: Doc | None, title: st
             junk += 1
             sample = sample or repr(chunk[:JUNK_SAMPLE_CHARS])
             continue
-        if spec.skip_junk and (clean := drop_controls(chunk)) is not chunk:    # artefacts (sections.py NOTE: junk)
+        if spec.skip_junk and (clean := drop_controls(chunk)) is not chunk:    # artefacts (junk.py NOTE)
             chunk, raw = clean, None
         if header:
             chunk = f"{header}\n{chunk}"

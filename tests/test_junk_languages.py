@@ -1,4 +1,4 @@
-"""Issue 30 item 1: the junk filter (ingest.sections.is_junk) keeps every language in every script - also
+"""Issue 30 item 1: the junk filter (ingest.junk.is_junk) keeps every language in every script - also
 those written without spaces, OCR that runs words together, formulas, tables and URL-rich references -
 and still keeps out base64 and data: URIs, hex dumps and binary read as text. The multilingual corpus is
 the Unicode CLDR data that Babel ships: each locale's names of languages, territories, months and days."""
@@ -20,7 +20,8 @@ from conftest import run
 from ingest.chunk import ChunkSpec, section_chunks
 from ingest.loaders import Page
 from ingest.model_ref import resolve_model
-from ingest.sections import Doc, Outline, is_junk, page_sections
+from ingest.junk import is_junk
+from ingest.sections import Doc, Outline, page_sections
 
 MODEL = resolve_model("default")
 SPEC = ChunkSpec(MODEL.tokenizer_file, MODEL.max_seq_length, 200, 30, 48, True)
@@ -187,7 +188,23 @@ def football_seasons() -> str:
     return "\n".join(lines)
 
 
-HELD_OUT = {"lecture notes": lecture_notes(), "matrix manual": matrix_manual(), "football seasons": football_seasons()}
+def matrix_derivations() -> str:
+    """A page of hyperbolic geometry that is mostly formulas, with few words between them, as a PDF's text layer gives
+    it: the math font's big brackets as control characters (issue 46 item 5: two such chunks were dropped)."""
+    out = []
+    for i in range(6):
+        out.append("\n".join([
+            f"4.{i + 1} HYPERBOLISCHE GEOMETRIE {55 + i}",
+            "\x12a b\nc d\x13\x12a′ b′\nc′ d′\x13 = \x12aa′ + bc′ ab′ + bd′\nca′ + dc′ cb′ + dd′\x13 , g · z = az + b\ncz + d ,",
+            "Im(g · z) = Im z\n|cz + d|2 , \x10g · z\x11′ = 1\n(cz + d)2 , T = \x121 1\n0 1\x13 , S = \x120 −1\n1 0\x13 , S2 = −E ,",
+            f"(ST)3 = −E , \x1a\x12a b\nc d\x13 ∈ SL2(Z)\x1b = ⟨S, T⟩ , \x02\x00z{i} z{i + 1}\x01\x03 ↦ \x00az{i} + bz{i + 1}\x01 ,",
+            "d(gz, gw) = d(z, w) , cosh d(z, w) = 1 + |z − w|2\n2 Im z Im w , \x10x + iy\x11 ↦ \x10−x + iy\x11 ,",
+            "\x12cos θ − sin θ\nsin θ cos θ\x13 · i = i , \x12y1/2 xy−1/2\n0 y−1/2\x13 · i = x + iy , Stab(i) = SO(2) ."]))
+    return "\n\n".join(out)
+
+
+HELD_OUT = {"lecture notes": lecture_notes(), "matrix manual": matrix_manual(), "football seasons": football_seasons(),
+            "matrix derivations": matrix_derivations()}
 ODD_BUT_TEXT = {                                     # language behind a few odd characters
     "colored log": "\x1b[32mINFO\x1b[0m 2023-01-01 12:00:01 server started on port 8080, workers ready\n" * 12,
     "glyph stand-in": "\x03".join("The quick brown fox jumps over the lazy dog while the farmer sleeps".split()) * 8,
@@ -338,6 +355,7 @@ def test_a_run_keeps_every_language_file_and_skips_only_the_blobs(work: Path) ->
     (docs / "blob.txt").write_text(JUNK["base64"](2))
     text_pdf(docs / "eigenwerte.pdf", HELD_OUT["lecture notes"])     # control characters in a PDF's text layer
     text_pdf(docs / "matrizen.pdf", HELD_OUT["matrix manual"])
+    text_pdf(docs / "hyperbolisch.pdf", HELD_OUT["matrix derivations"])
     (docs / "seasons.txt").write_text(HELD_OUT["football seasons"], encoding="utf-8")
     res = run(docs, work, config=NULL)
     assert res.rc == 0, res.stderr
@@ -347,5 +365,5 @@ def test_a_run_keeps_every_language_file_and_skips_only_the_blobs(work: Path) ->
     warning = next(w for w in files["figure.md"]["warnings"] if "non-language" in w)    # what was skipped shows
     assert "the first began '![plot](data:image/png;base64," in warning and len(warning) < 200, warning
     language = {p: f.get("junk_chunks", 0) for p, f in files.items() if p not in ("blob.txt", "figure.md")}
-    assert language == dict.fromkeys(language, 0) and len(language) == 9, files
+    assert language == dict.fromkeys(language, 0) and len(language) == 10, files
     assert all(files[p]["status"] == "ingested" and files[p]["chunks"] > 0 for p in language)

@@ -11,7 +11,8 @@ import numpy as np
 from ingest.chunk import ChunkSpec, section_chunks
 from ingest.loaders import Block, Page
 from ingest.model_ref import resolve_model
-from ingest.sections import Doc, Outline, context_line, document_title, is_junk, page_sections
+from ingest.junk import is_junk
+from ingest.sections import Doc, Outline, context_line, document_title, page_sections
 from ingest.workers.encode import load_tokenizer
 
 MODEL = resolve_model("default")

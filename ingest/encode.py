@@ -159,11 +159,10 @@ class EncodeStage:
                  offset: int) -> None:
         """Each file (or part) of a planned group to the writer with its vectors; one with a chunk that could not be
         encoded (a NaN row) fails, named by `failures` (the encode call's; the group's misses from `offset` on)."""
-        parts = members(plan)
         misses = np.asarray(plan.misses, dtype=np.int64)
-        for p, lo, hi in parts:
-            mine = vectors[lo:hi] if len(parts) > 1 else vectors
-            first, stop = np.searchsorted(misses, (lo, hi)).tolist() if len(parts) > 1 else (0, len(misses))
+        for p, lo, hi in members(plan):
+            mine = vectors[lo:hi]
+            first, stop = np.searchsorted(misses, (lo, hi)).tolist()
             if len(mine) and np.isnan(mine).any():      # its chunks (or the equal ones it waited for) failed
                 sent = (misses[first:stop] - lo).tolist()
                 self.writer.fail(p.file, chunk_failure_text(failures, offset + first, p.start, sent))
@@ -305,10 +304,14 @@ def merged_group(files: list[Finished]) -> tuple[Merged, Pretokenized, list[byte
         file_ids, file_lengths = f.token_ids()
         ids.append(file_ids)
         lengths.append(file_lengths)
-    blob = b"".join(p.keys for f in files for p in f.pages)
-    keys = [blob[i:i + 16] for i in range(0, len(blob), 16)] if len(blob) == 16 * len(rows) else None
     tokens = Pretokenized([row.text for row in rows], np.concatenate(ids), np.concatenate(lengths))
-    return Merged(tuple(members), rows, files[0]), tokens, keys
+    return Merged(tuple(members), rows, files[0]), tokens, loader_keys(files, len(rows))
+
+
+def loader_keys(files: list[Finished], chunks: int) -> list[bytes] | None:
+    """The reuse keys the loaders made for the files' `chunks` chunks, in order (None: not made for every one)."""
+    blob = b"".join(p.keys for f in files for p in f.pages)
+    return [blob[i:i + 16] for i in range(0, len(blob), 16)] if len(blob) == 16 * chunks else None
 
 
 def file_parts(file: Finished) -> Iterator[tuple[int, list[Row], Pretokenized, list[bytes] | None, bool]]:
@@ -322,8 +325,7 @@ def file_parts(file: Finished) -> Iterator[tuple[int, list[Row], Pretokenized, l
         return
     ids, lengths = file.token_ids()
     ends = np.cumsum(lengths)
-    blob = b"".join(p.keys for p in file.pages)
-    keys = [blob[i:i + 16] for i in range(0, len(blob), 16)] if len(blob) == 16 * len(items) else None
+    keys = loader_keys([file], len(items))
     for start in range(0, len(items), GROUP_CHUNKS):
         chunks = items[start:start + GROUP_CHUNKS]
         stop = start + len(chunks)

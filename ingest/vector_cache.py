@@ -18,8 +18,9 @@ NOTE (lookups): `get` asks SQLite only for keys the file may hold: at the first 
 every key in the file are read into a sorted array (~8 bytes a row: 2.6 MB for 512 MB of rows), and keys
 put since (`put`, or `note` for rows another process writes for this one: a run's writer processes) join
 a set. A key past both is a miss without a query (a fresh cache: no query at all; a query cost the
-supervisor ~100 us a group of a file's chunks). A row another run writes meanwhile is missed: the
-cache is a shortcut, and a miss costs one encoding.
+supervisor ~100 us a group of a file's chunks). Once the set holds more keys than the file may (its bound
+in rows: the oldest were evicted meanwhile), both are read again, so memory stays that of the bound. A row
+another run writes meanwhile is missed: the cache is a shortcut, and a miss costs one encoding.
 
 NOTE (layout): a rowid table with a unique index on the key. A row (a 16-byte key and 1,536 bytes of
 vector at dim 384) is too big for a WITHOUT ROWID table, which earlier versions used: here that took
@@ -92,6 +93,9 @@ class VectorCache:
 
     def _maybe_held(self, keys: Sequence[bytes]) -> list[bytes]:
         """The keys the file may hold (NOTE: lookups); under the lock."""
+        if len(self._added) > self.max_rows:    # read again (NOTE: lookups)
+            self._prefixes = None
+            self._added.clear()
         if self._prefixes is None:
             blob = b"".join(k[:8].ljust(8, b"\0") for (k,) in self._con.execute("SELECT key FROM vectors"))
             self._prefixes = np.sort(np.frombuffer(blob, dtype="<u8"))

@@ -43,3 +43,17 @@ def test_lookups_find_what_the_file_holds_and_what_was_put_or_noted_since(tmp_pa
     cache.close()
     with sqlite3.connect(path) as con:
         assert con.execute("SELECT count(*) FROM vectors").fetchone()[0] == 59
+
+
+def test_the_noted_keys_stay_within_the_bound_of_the_file(tmp_path: Path) -> None:
+    """More keys noted than the file may hold: the filter is read again from the file, not kept growing."""
+    path = tmp_path / "v.sqlite"
+    cache = VectorCache(path, 0.0008, 4)                    # (4 floats + 64 bytes) a row: 10 rows
+    assert cache.max_rows == 10 and cache.get(_keys(1, b"z")) == {}
+    writer = VectorCache(path, 0.0008, 4)
+    noted = _keys(11, b"w")
+    writer.put(noted[:5], np.ones((5, 4), np.float32))      # another process wrote five of them
+    cache.note(noted)
+    assert set(cache.get(noted)) == set(noted[:5]) and not cache._added
+    writer.close()
+    cache.close()

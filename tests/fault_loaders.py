@@ -93,6 +93,17 @@ def slow_text(path: Path, options: LoaderOptions) -> Iterator[Page]:
     yield Page(None, path.read_text())
 
 
+@register("fault-gatetxt", (".gatetxt",), "txt")
+def gated_text(path: Path, options: LoaderOptions) -> Iterator[Page]:
+    """Loads like a text file once the test opens its gate (a file of its name in gates/ beside the
+    folder): a kill-and-resume test decides exactly which files a run can finish before the kill."""
+    gate = path.parent.parent / "gates" / path.name
+    deadline = time.monotonic() + 600
+    while not gate.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield Page(None, path.read_text())
+
+
 @register("fault-killparent", (".killparent",), "txt")
 def kill_parent(path: Path, options: LoaderOptions) -> Iterator[Page]:
     """SIGKILLs the process that started its worker: on the Ray engine, the load task's Ray worker (the

@@ -16,7 +16,7 @@ NOTE (what a question says, and how it meets a card):
   that quarter's report 1, the annual report of its year 0.8 (a year covers its quarters; the fourth
   quarter's figures are in the annual report), another quarter of that year 0.3; "latest": the newest of
   the named organisation's cards.
-- kind: annual report (10-K, annual report), quarterly report (10-Q), earnings release, proxy, contract,
+- kind: annual report (10-K, annual report), quarterly report (10-Q), current report (8-K), earnings release, proxy, contract,
   slides, memo, paper: 1 when the card's kind is the one asked.
 A card's match is the weighed mean of the parts the question names (ORG, PERIOD, KIND); when the question
 names an organisation of some candidate, cards of other organisations score 0. A question that names
@@ -43,6 +43,7 @@ _QUARTER = re.compile(r"\bQ([1-4])\b|\b(first|second|third|fourth|1st|2nd|3rd|4t
                       r"quarter\b|\b([1-4])Q\b", re.I)
 _KINDS = (("annual report", r"\b10-?K\b|\bannual report|\bannual filing"),
           ("quarterly report", r"\b10-?Q\b|\bquarterly report|\bquarterly filing|\binterim report"),
+          ("current report", r"\b8-?K\b|\bcurrent report"),
           ("earnings release", r"\bearnings (?:release|call)|\bpress release"),
           ("proxy", r"\bproxy\b"), ("contract", r"\bcontract\b|\bagreement\b"),
           ("slides", r"\bslides?\b|\bdeck\b|\bpresentation\b"), ("memo", r"\bmemo(?:randum)?\b"),

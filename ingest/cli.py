@@ -1,5 +1,5 @@
-"""The `ingest` command line: `ingest run PATH...`, `ingest search TEXT`, `ingest status`, `ingest watch FOLDER`
-and `ingest eval QUESTIONS.jsonl`.
+"""The `ingest` command line: `ingest run PATH...`, `ingest search TEXT`, `ingest status`, `ingest watch FOLDER`,
+`ingest serve` (ingest/serve.py) and `ingest eval QUESTIONS.jsonl`.
 
 Exit codes of `ingest run`: 0 every supported file was ingested (or unchanged; unsupported
 files are skipped), 1 at least one file failed, 2 the run could not start or stopped on an
@@ -65,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--quiet", action="store_true", help="no progress bars or summaries")
     watch.add_argument("--debounce", type=float, default=2.0, metavar="SECONDS",
                        help="a changed file is ingested once it has not changed for this long (default 2)")
+    from ingest.serve import add_parser as add_serve      # the arguments only: the server's imports come with `serve`
+
+    add_serve(sub, [common])
     ev = sub.add_parser("eval", parents=[common], help="score search against questions with known sources and pages")
     ev.add_argument("questions", type=Path, help="JSONL: question, source, optional pages (1-based) per line")
     ev.add_argument("-k", type=int, default=10, help="also report hit@k (always @5 and @10; default 10)")
@@ -76,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="rank towards the documents a query names by their file names only, not their cards")
     ev.add_argument("--no-term-rank", dest="term_rank", action="store_false",
                     help="leave out the ranking by the question's rare words in each hit's text and headings")
+    ev.add_argument("--no-statement-rank", dest="statement_rank", action="store_false",
+                    help="leave out the ranking towards the tables of the financial statements a question names")
     ev.add_argument("--hide-names", action="store_true",
                     help="the store holds the documents under meaningless names (ingest.evaluate.hide_names): "
                          "map each question's source to its hidden name")
@@ -201,7 +206,7 @@ def _search(args: argparse.Namespace) -> int:
     cfg = _store_config(args)
     if args.k < 1:
         raise _UserError(f"-k must be at least 1, got {args.k}")
-    with Searcher(cfg["store"]["uri"], cfg["store"]["collection"], args.model) as searcher:
+    with Searcher(cfg["store"]["uri"], cfg["store"]["collection"], args.model, timeout_s=cfg["store"]["timeout_s"]) as searcher:
         mode, note = searcher.mode(args.mode or DEFAULT_MODE)
         if note:
             print(note, file=sys.stderr)
@@ -234,6 +239,12 @@ def _watch(args: argparse.Namespace) -> int:
     return watch(_store_config(args), args.folder, quiet=args.quiet, report_path=args.report, debounce_s=args.debounce)
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from ingest.serve import serve
+
+    return serve(_store_config(args), args)
+
+
 def _eval(args: argparse.Namespace) -> int:
     from ingest.evaluate import compare, compare_report, evaluate, report
     from ingest.search import DEFAULT_MODE
@@ -243,7 +254,7 @@ def _eval(args: argparse.Namespace) -> int:
         raise _UserError(f"-k must be at least 1, got {args.k}")
     result, note = evaluate(cfg["store"]["uri"], cfg["store"]["collection"], args.questions, args.mode or DEFAULT_MODE,
                             args.k, model=args.model, doc_rank=args.doc_rank, hide_names=args.hide_names,
-                            cards=args.card_rank, terms=args.term_rank)
+                            cards=args.card_rank, terms=args.term_rank, statements=args.statement_rank)
     change = compare(result, args.compare) if args.compare else None
     if note:
         print(note, file=sys.stderr)
@@ -307,7 +318,7 @@ def _main(argv: list[str] | None) -> int:
 
     errors: tuple[type[Exception], ...] = (ConfigError, StoreError, ModelNotFound, BackendError, _UserError)
     try:
-        if args.command in ("run", "watch"):
+        if args.command in ("run", "watch", "serve"):
             from ingest.engines.run import RunError    # not for search: ingest.engines.run's imports cost time
 
             errors += (RunError,)
@@ -315,7 +326,12 @@ def _main(argv: list[str] | None) -> int:
             from ingest.evaluate import EvalError
 
             errors += (EvalError,)
-        return {"run": _run, "search": _search, "eval": _eval, "status": _status, "watch": _watch}[args.command](args)
+        if args.command == "serve":
+            from ingest.serve import ServeError
+
+            errors += (ServeError,)
+        return {"run": _run, "search": _search, "eval": _eval, "status": _status, "watch": _watch,
+                "serve": _serve}[args.command](args)
     except errors as exc:
         print(f"ingest: error: {exc}", file=sys.stderr)
         return EXIT_ERROR

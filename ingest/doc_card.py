@@ -9,15 +9,15 @@ NOTE (rules): the rules are about how documents present themselves, in general, 
   first; the metadata author when it is such a name. Short forms: tickers ("(NYSE: AXP)", a 2-5 capital
   symbol right before an exchange's name in a cover page's table), quoted defined names, and the initials
   of the first organisation ("Lockheed Martin Corporation" -> LM).
-- kind: the first form or phrase found (Form 10-K, annual report / Geschäftsbericht / rapport annuel,
-  quarterly or interim report, earnings or press release with results, proxy statement, agreement or
-  contract, an abstract with references or a DOI (paper), "memorandum" or To:/From:/Subject: lines (memo));
-  a PPTX is slides.
-- period: "fiscal year ended <date>" (year, its end date), "quarterly period ended <date>" (year and
-  calendar quarter of that date), "first/second/third/fourth quarter [of] [fiscal] YEAR", "Q3 2020",
-  metadata's "period ending YYYY-MM-DD"; else "as of <date>" or a document date ("Date: ...").
-The card is made once per file in its loader worker from what the chunker reads anyway (FIRST_PAGES),
-so it costs a few regular expressions over a few pages.
+- kind: the first form or phrase found (Form 10-K, annual report / Geschäftsbericht / rapport annuel, quarterly
+  or interim report, Form 8-K or current report, earnings or press release with results, proxy statement,
+  agreement or contract, an abstract with references or a DOI (paper), "memorandum" or To:/From:/Subject:
+  lines (memo)); a PPTX is slides.
+- period: a current report's "Date of Report ...: <date>"; "fiscal year ended <date>" (year, its end date),
+  "quarterly period ended <date>" (year and calendar quarter of that date), "first/second/third/fourth
+  quarter [of] [fiscal] YEAR", "Q3 2020", metadata's "period ending YYYY-MM-DD"; else "as of <date>" or a
+  document date ("Date: ..."). The card is made once per file in its loader worker from what the chunker
+  reads anyway (FIRST_PAGES), so it costs a few regular expressions over a few pages.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ PERIOD_CHARS = 8_000            # characters of them where the period is looked 
 MAX_ORGS = 3
 MAX_SHORT = 6
 
-KINDS = ("annual report", "quarterly report", "earnings release", "proxy", "contract", "paper", "slides", "memo")
+KINDS = ("annual report", "quarterly report", "current report", "earnings release", "proxy", "contract", "paper", "slides", "memo")
 
 _MONTHS = {m: i for i, m in enumerate(("january february march april may june july august september october "
                                        "november december").split(), 1)}
@@ -295,6 +295,7 @@ _KIND_RULES: tuple[tuple[str, str], ...] = (
                       r"\brapport annuel|\binforme anual|\brelazione annuale|\bjaarverslag|\bårsredovisning"),
     ("quarterly report", r"\bform\s*10-?q\b|\bquarterly report\b|\binterim report\b|\bhalf-year(?:ly)? report\b|"
                          r"\bquartalsbericht|\bzwischenbericht|\brapport trimestriel|\binforme trimestral"),
+    ("current report", r"\bform\s*8-?k\b|\bcurrent report\b"),
     ("earnings release", r"\b(?:earnings|press) release\b|\breports? (?:first|second|third|fourth|full[- ]year)[- ]"
                          r"(?:quarter )?(?:and [\w ]{0,20})?(?:fiscal )?(?:\d{4} )?results\b|\bpressemitteilung"),
     ("proxy", r"\bproxy statement\b|\bschedule 14a\b|\bnotice of (?:the )?annual (?:general )?meeting\b"),
@@ -308,7 +309,7 @@ _KIND_WORDS = {         # a rule matches only where one of its words is in the _
                       "relazione annuale", "jaarverslag", "årsredovisning"),
     "quarterly report": ("form", "quarterly report", "interim report", "half-year", "quartalsbericht", "zwischenbericht",
                          "rapport trimestriel", "informe trimestral"),
-    "earnings release": ("release", "results", "pressemitteilung"),
+    "current report": ("form", "current report"), "earnings release": ("release", "results", "pressemitteilung"),
     "proxy": ("proxy statement", "schedule 14a", "meeting"),
     "contract": ("agreement", "contract", "by and between", "whereas", "vertrag", "contrat"),
     "paper": ("abstract", "arxiv:", "proceedings of"),
@@ -361,11 +362,14 @@ _QUARTER = re.compile(r"\b(first|second|third|fourth|1st|2nd|3rd|4th)\s+(?:fisca
                       r"\b((?:19|20)\d\d)\s*Q([1-4])\b", re.I)
 _PERIOD_ENDING = re.compile(r"period\s+ending", re.I)
 _FISCAL = re.compile(r"\b(?:fiscal(?:\s+year)?|FY)\s*((?:19|20)\d\d)\b", re.I)
-_DATED = tuple(re.compile(p, re.I) for p in (r"\bas\s+of", r"\bdate[d]?\s*:", r"\bdatum\s*:|\bdate\s+de"))
+_DATED = tuple(re.compile(p, re.I) for p in (r"\bdate\s+of\s+report\b[^:]{0,60}:", r"\bas\s+of", r"\bdate[d]?\s*:",
+                                             r"\bdatum\s*:|\bdate\s+de"))
 
 
 def _period(flat: str, meta: str, kind: str) -> tuple[int | None, int | None, str]:
     iso = lambda d: f"{d[0]:04d}-{d[1]:02d}-{d[2]:02d}"  # noqa: E731
+    if kind == "current report" and (d := _after(_DATED[0], flat[:4000], 40)):     # an 8-K: its report's date
+        return None, None, iso(d)
     year = _YEAR.search(flat) is not None       # else no pattern over `flat` can match: skip them
     low = _fold(flat) if year else ""
     if year and any(w in low for w in ("year", "geschäftsjahr", "exercice clos le")) and (d := _after(_YEAR_ENDED, flat)):

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Sequence
 
 from ingest.card_match import card_matches
 from ingest.doc_card import Card
+from ingest.statement_match import statement_scores
 from ingest.term_match import term_scores
 
 CANDIDATES = 100      # dense hits reranked (at least k)
@@ -68,7 +69,7 @@ def named(query: str, parts: dict[str, tuple[str, ...]]) -> set[str]:
 
 
 def rerank(query: str, hits: Sequence[dict[str, Any]], k: int,
-           cards: Mapping[str, Card] | None = None, terms: bool = True) -> list[dict[str, Any]]:
+           cards: Mapping[str, Card] | None = None, terms: bool = True, statements: bool = True) -> list[dict[str, Any]]:
     """The k best of `hits` (dense, best first) by score + WEIGHT x the better of their document's card match
     (`cards` by source) and the named share of its name, + their term score unless `terms` is False; each
     hit's `score` stays the dense one."""
@@ -87,5 +88,7 @@ def rerank(query: str, hits: Sequence[dict[str, Any]], k: int,
         by_card = card_matches(query, {s: cards[s] for s in names if s in cards})
         share = {s: max(v, by_card.get(s, 0.0)) for s, v in share.items()}
     gain = term_scores(query, hits) if terms else [0.0] * len(hits)
+    if statements:
+        gain = [g + s for g, s in zip(gain, statement_scores(query, hits))]
     ranked = sorted(range(len(hits)), key=lambda i: -(hits[i]["score"] + WEIGHT * share[hits[i]["source"]] + gain[i]))
     return [hits[i] for i in ranked[:k]]

@@ -129,11 +129,12 @@ def is_miss(r: dict[str, Any]) -> bool:
 
 def evaluate(uri: str, collection: str, path: Path, mode: str, k: int = 10,
              model: str | None = None, doc_rank: bool = True, hide_names: bool = False,
-             cards: bool = True, terms: bool = True) -> tuple[dict[str, Any], str]:
+             cards: bool = True, terms: bool = True, statements: bool = True) -> tuple[dict[str, Any], str]:
     """(score() of the collection's answers to the questions in `path`, with `missing_sources`: the
     questions' sources no chunk of the collection comes from; the lines to say on stderr: the search's note,
     a warning naming those sources, or ""); metrics at 5, 10 and k. `cards` False ranks by file names alone
-    (measurements: what the cards add), `terms` False leaves out the term ranking. With `hide_names` the collection holds
+    (measurements: what the cards add), `terms` False leaves out the term ranking, `statements` False the
+    statement ranking. With `hide_names` the collection holds
     the documents under their hidden_name, and each question's source is mapped to it."""
     questions = load_questions(path)
     if hide_names:
@@ -141,7 +142,7 @@ def evaluate(uri: str, collection: str, path: Path, mode: str, k: int = 10,
     cutoffs = sorted({*CUTOFFS, k})
     with Searcher(uri, collection, model) as s:
         used, note = s.mode(mode)
-        hits = s.search([q.question for q in questions], max(cutoffs), used, doc_rank, cards, terms)
+        hits = s.search([q.question for q in questions], max(cutoffs), used, doc_rank, cards, terms, statements)
         result = score(questions, hits, cutoffs)
         missing = s.missing(r["source"] for r in result["results"] if r["doc_rank"] is None)
     warning = ""

@@ -1,6 +1,7 @@
 """`ingest search`: dense (the query embedded with the collection's own model and backend, COSINE),
 BM25 (Milvus' full-text search on each chunk's context line and text) or hybrid (both lists fused by
-reciprocal rank).
+reciprocal rank). The words of a bm25 or hybrid query have their CJK runs rewritten as bigrams, as each
+chunk's search_text has (ingest/store/cjk.py NOTE).
 
 ONNX and OpenVINO collections embed the query in this process with their own export and runtime:
 no torch, no sentence-transformers, so a search answers in about a second. A torch collection uses the ONNX
@@ -21,6 +22,7 @@ from ingest.doc_rank import CANDIDATES, rerank
 from ingest.model_ref import ModelRef, resolve_model
 from ingest.store import MODES, StoreError, local_path
 from ingest.store.base import SCHEMA_VERSION, Endpoint
+from ingest.store.cjk import bigrams
 from ingest.store.lite_host import serving
 from ingest.store.factory import open_store, store_at
 from ingest.store.uri import kind
@@ -75,12 +77,13 @@ class Searcher:
     but wrote no row into yet (a run creates it in Milvus with its first rows: its manifest alone exists) is
     `empty`: every search answers no hits, and `mode` says why."""
 
-    def __init__(self, uri: str, collection: str, model: str | None = None, encoder: QueryEncoder | None = None):
+    def __init__(self, uri: str, collection: str, model: str | None = None, encoder: QueryEncoder | None = None,
+                 timeout_s: float = 60.0):
         if (path := local_path(uri)) is not None and not path.exists():
             raise StoreError(f"no store at {uri}; ingest a folder into it first: ingest run FOLDER --store {uri}")
         if foreign := foreign_folder(uri):
             raise StoreError(foreign)
-        self.store = open_store(uri, collection)
+        self.store = open_store(uri, collection, timeout_s)          # every store call within [store] timeout_s
         self._cards: dict[str, Card] = {}
         try:
             self._lock_or_share(uri, collection)
@@ -131,21 +134,23 @@ class Searcher:
         return mode, note
 
     def search(self, queries: Sequence[str], k: int, mode: str, doc_rank: bool = True,
-               cards: bool = True, terms: bool = True) -> list[list[dict[str, Any]]]:
+               cards: bool = True, terms: bool = True, statements: bool = True) -> list[list[dict[str, Any]]]:
         """The k best hits of each query, in `mode` (one the collection answers: see `mode`); the
         queries are embedded together, in batches. Dense hits are ranked towards the documents a query
         names (ingest/doc_rank.py) unless `doc_rank` is False: by their cards and file names, or by their
         file names alone when `cards` is False (issue 33's ranking, for measurements), and within them by the
-        query's rare words (ingest/term_match.py) unless `terms` is False."""
+        query's rare words (ingest/term_match.py) unless `terms` is False, and towards the tables of the
+        financial statements it names (ingest/statement_match.py) unless `statements` is False."""
         if self.empty:
             return [[] for _ in queries]
         vectors = self.encoder.embed(queries) if mode != "bm25" else [None] * len(queries)
-        if mode != "dense" or not doc_rank:
-            return [self.store.search(None if v is None else v.tolist(), k, mode, q) for q, v in zip(queries, vectors)]
+        if mode != "dense" or not doc_rank:      # the words as search_text holds them (ingest/store/cjk.py NOTE)
+            return [self.store.search(None if v is None else v.tolist(), k, mode, bigrams(q))
+                    for q, v in zip(queries, vectors)]
         wide = max(k, CANDIDATES)
         found = [self.store.search(v.tolist(), wide, mode, q) for q, v in zip(queries, vectors)]
         known = self.cards({h["source"] for hits in found for h in hits}) if cards else {}
-        return [rerank(q, hits, k, known, terms) for q, hits in zip(queries, found)]
+        return [rerank(q, hits, k, known, terms, statements) for q, hits in zip(queries, found)]
 
     def cards(self, sources: set[str]) -> dict[str, Card]:
         """The cards of `sources` (ingest/doc_card.py) from the collection's manifest, read once each: an
@@ -169,6 +174,10 @@ class Searcher:
             return wanted
         return [source for source in wanted
                 if not any(same_doc(found, source) for found in self.store.sources_like(source, TAIL_ROWS))]
+
+    def forget_cards(self) -> None:
+        """Drop the cards read so far (the manifest changed: `ingest serve --watch` after a sync)."""
+        self._cards = {}
 
     def close(self) -> None:
         self.store.close()

@@ -10,7 +10,7 @@ or its caption ("Consolidated Statements of Cash Flows"); a table that follows i
 between (continued on the next page) keeps that title. A page without blocks is one text section under the
 current path.
 OCR pages and the ranges of big files are chunked in other tasks: they carry the path in effect where
-they start. Every chunk's embedded text is its context line (`context_line`: file name > title >
+they start. Every chunk's embedded text is its context line (`context_line`: file name > card > title >
 headings, cut to the spec's context tokens) and its text; the store keeps the clean text and the
 context as fields of their own.
 """
@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import PurePosixPath
 
 from ingest.loaders import Page
+from ingest.names import beside
 from ingest.store.schema import HEADINGS_MAX, TITLE_MAX
 
 CAPTION_CHARS = 300                 # a text this short beside a table belongs to it (see _attach_captions)
@@ -208,10 +209,13 @@ def context_line(source: str, title: str, headings: tuple[str, ...] | str, card:
                  named: bool = False) -> str:
     """What a chunk is embedded and indexed under: its file's name (separators as spaces), its card's label
     (who, what kind, when: "Acme Inc. (ACME) annual report FY2021"), the title (unless it is the file name)
-    and the heading path, joined by " > ". When the card names an organisation (`named`), the file name is
-    left out: the document says who it is from, and a renamed copy embeds the same text."""
+    and the heading path, joined by " > ". The file name is the user's word for the document: when the card
+    names an organisation (`named`), what the name says beyond the card stays beside it ("10K"; ingest/names.py
+    NOTE: beside the card), and a name that says nothing ("scan_0001", a hash) is left out."""
     label, name = _file_label(source)
-    parts = ([] if named and card else [label]) + ([card] if card else []) + ([] if title in ("", name) else [title])
+    if named and card:
+        label = beside(label, card)
+    parts = ([label] if label else []) + ([card] if card else []) + ([] if title in ("", name) else [title])
     if isinstance(headings, str):
         headings = tuple(h for h in headings.split(" > ") if h)
     return " > ".join(parts + list(headings))

@@ -66,14 +66,21 @@ class LastRun:
 def status(cfg: dict[str, Any], *, as_json: bool) -> int:
     """Print what the configured collection holds and its last run (text, or one JSON object); 0. A store
     or collection that does not exist is a StoreError (one line), and nothing is created."""
+    info = collect(cfg, cards=as_json)
+    print(json.dumps(info, ensure_ascii=False, indent=1) if as_json else text(info))
+    return 0
+
+
+def collect(cfg: dict[str, Any], *, cards: bool) -> dict[str, Any]:
+    """What `status` prints, as one JSON-able dict (`cards`: each file's card, as --json shows; `ingest serve`'s
+    GET /status); a StoreError (one line) if the store or collection does not exist."""
     uri, collection = cfg["store"]["uri"], cfg["store"]["collection"]
     if kind(uri) == "null":
         raise StoreError(keeps_nothing(redact(uri), "no status to show (each run's report has its figures)"))
     info = _embedded(uri, collection) if is_local(uri) else _server(uri, collection, cfg["store"]["timeout_s"])
-    if as_json and is_local(uri):          # each file's card (ingest/doc_card.py): JSON only, it is one line a file
+    if cards and is_local(uri):          # each file's card (ingest/doc_card.py): JSON only, it is one line a file
         info["cards"] = {source: _json(card) for source, card in sorted(read_cards(manifest_path(uri, collection)).items())}
-    print(json.dumps(info, ensure_ascii=False, indent=1) if as_json else text(info))
-    return 0
+    return info
 
 
 def _embedded(uri: str, collection: str) -> dict[str, Any]:

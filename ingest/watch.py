@@ -47,7 +47,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ingest.config import ConfigError
 from ingest.engines import engine_for
@@ -94,9 +94,10 @@ class _Signals:
 
 
 def watch(cfg: dict[str, Any], folder: Path, *, quiet: bool = False, report_path: Path | None = None,
-          debounce_s: float = 2.0) -> int:
+          debounce_s: float = 2.0, on_sync: Callable[[dict[str, Any]], None] | None = None) -> int:
     """Sync the store with `folder` now, then after every settled change, until a stop signal: 130 or 143.
-    Errors that stop a sync (other than a store in use) propagate, as `ingest run`'s (the CLI: exit 2)."""
+    Errors that stop a sync (other than a store in use) propagate, as `ingest run`'s (the CLI: exit 2).
+    `on_sync(totals)`: told the report's totals after each sync that ran to its end (`ingest serve --watch`)."""
     if debounce_s < 0:
         raise ConfigError(f"--debounce must be 0 or more seconds, got {debounce_s:g}")
     folder = Path(folder).resolve()
@@ -108,7 +109,7 @@ def watch(cfg: dict[str, Any], folder: Path, *, quiet: bool = False, report_path
                             signals.stopping, wait_ms)
         released = True
         try:
-            return _Watch(cfg, folder, report, quiet, debounce_s, signals, notifier, pipeline).run()
+            return _Watch(cfg, folder, report, quiet, debounce_s, signals, notifier, pipeline, on_sync).run()
         except StoreError:
             released = False                 # a store gone: as a run, leave its lease, trust nothing
             raise
@@ -130,9 +131,10 @@ class _Watch:
     """The loop of one `watch` (NOTE)."""
 
     def __init__(self, cfg: dict[str, Any], folder: Path, report: Path, quiet: bool, debounce_s: float,
-                 signals: _Signals, notifier: Notifier, pipeline: Pipeline | None):
+                 signals: _Signals, notifier: Notifier, pipeline: Pipeline | None,
+                 on_sync: Callable[[dict[str, Any]], None] | None = None):
         self.cfg, self.folder, self.report, self.quiet, self.debounce_s = cfg, folder, report, quiet, debounce_s
-        self.signals, self.notifier, self.pipeline = signals, notifier, pipeline
+        self.signals, self.notifier, self.pipeline, self.on_sync = signals, notifier, pipeline, on_sync
         self.cap = max(MAX_WAIT_S, 10 * debounce_s)
         self.pending: dict[str, _Pending] = {}
         self.identity = _identity(folder)
@@ -249,6 +251,8 @@ class _Watch:
             return run.signals.exit_code
         if self.signals.exit_code is not None:          # came just before or after the run's handlers
             return self.signals.exit_code
+        if self.on_sync is not None and run.totals is not None:
+            self.on_sync(run.totals)
         if changes is not None:
             self._say(_line(run, changes, len(held), self.report), always=False)
         return None

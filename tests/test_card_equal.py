@@ -3,7 +3,7 @@ cards recorded in card_equal.json (by the code before it) of generated texts (fr
 bench/feed.py writes them, and a soup of the words the card's rules look for), hand-written covers and headers,
 adversarial texts, and the first pages of the 18 development PDFs (each page's first 1,200 characters, with
 their metadata, running lines and title); and, where ../shared/retrieval-dev is present, the cards of those PDFs'
-whole first pages."""
+whole first pages. One recorded card changed since, on purpose: the 8-K case is now a "current report" (issue 46)."""
 from __future__ import annotations
 
 import json

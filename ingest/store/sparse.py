@@ -2,13 +2,16 @@
 them, with no model to download (fastembed's BM25 fetches one at run time).
 
 A text's terms are its Unicode words, case-folded (NFKC first, so full-width and compatibility forms
-match their plain ones); a Han, Kana or Hangul character is a term by itself, as in Milvus' standard
-analyzer. No stop words are dropped: the store's IDF weighs common words down. A term's index is a
-stable 32-bit hash of it (blake2b: the same on every machine, run and Python), so a collection can be
-written and searched by different processes and versions. A chunk's value for a term is BM25's
-saturated term frequency, tf * (K1 + 1) / (tf + K1 * (1 - B + B * len / AVG_LEN)), with AVG_LEN an
-assumed chunk length; the store multiplies it by the term's IDF (Qdrant's `Modifier.IDF`) to complete
-BM25. A query's vector is its distinct terms, each of weight 1.
+match their plain ones), and the overlapping bigrams of its runs of Han, Kana or Hangul characters (a lone
+character is a term by itself): the tokens every other store's tokenizer finds in a search_text and a query
+rewritten by ingest/store/cjk.py (NOTE there), so a phrase inside a run is found as on those stores. (Before,
+each CJK character was a term: a collection written then finds its CJK rows by keyword again once they are
+rewritten, by `--reembed` or a change of their files.) No stop words are dropped: the store's IDF weighs
+common words down. A term's index is a stable 32-bit hash of it (blake2b: the same on every machine, run
+and Python), so a collection can be written and searched by different processes and versions. A chunk's
+value for a term is BM25's saturated term frequency, tf * (K1 + 1) / (tf + K1 * (1 - B + B * len / AVG_LEN)),
+with AVG_LEN an assumed chunk length; the store multiplies it by the term's IDF (Qdrant's `Modifier.IDF`) to
+complete BM25. A query's vector is its distinct terms, each of weight 1.
 """
 from __future__ import annotations
 
@@ -18,18 +21,18 @@ import unicodedata
 from collections import Counter
 from functools import lru_cache
 
+from ingest.store.cjk import CJK, bigrams
+
 K1, B = 1.2, 0.75
 AVG_LEN = 256.0           # assumed words in a chunk (chunks are token-bounded: their lengths vary little)
 
-# One CJK character (Han, Hiragana, Katakana, Hangul syllables and jamo), or a run of other word characters.
-_CJK = "\u1100-\u11ff\u3040-\u30ff\u3100-\u312f\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff" \
-       "\uac00-\ud7af\uf900-\ufaff\U00020000-\U0003134f"
-_TERM = re.compile(f"[{_CJK}]|[^\\W{_CJK}]+")
+# A CJK bigram or lone character (after ingest/store/cjk.py's rewrite), or a run of other word characters.
+_TERM = re.compile(f"[{CJK}]{{1,2}}|[^\\W{CJK}]+")
 
 
 def terms(text: str) -> list[str]:
-    """The terms of `text`, in order (repeats kept)."""
-    return _TERM.findall(unicodedata.normalize("NFKC", text).casefold())
+    """The terms of `text`, in order (repeats kept): its words, and the bigrams of its CJK runs."""
+    return _TERM.findall(bigrams(unicodedata.normalize("NFKC", text).casefold()))
 
 
 @lru_cache(maxsize=1 << 17)        # a corpus repeats its words: hash each once

@@ -197,7 +197,7 @@ def main() -> None:
     if store is None:
         store = str(work / "samples.db")
         subprocess.run([sys.executable, "-m", "ingest.cli", "run", str(ROOT / "samples"), "--store", store, "--quiet"],
-                       check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                       check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=work)     # its report beside the store
     old = old_search(store, 5)
     proc, url = start(store, work)
     try:

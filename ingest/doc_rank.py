@@ -71,8 +71,8 @@ def named(query: str, parts: dict[str, tuple[str, ...]]) -> set[str]:
 def rerank(query: str, hits: Sequence[dict[str, Any]], k: int,
            cards: Mapping[str, Card] | None = None, terms: bool = True, statements: bool = True) -> list[dict[str, Any]]:
     """The k best of `hits` (dense, best first) by score + WEIGHT x the better of their document's card match
-    (`cards` by source) and the named share of its name, + their term score unless `terms` is False; each
-    hit's `score` stays the dense one."""
+    (`cards` by source) and the named share of its name, + their term score unless `terms` is False, + their
+    statement score unless `statements` is False; each hit's `score` stays the dense one."""
     names = {h["source"]: name_parts(h["source"]) for h in hits}
     docs = len(names)
     counts: dict[str, int] = {}

@@ -56,6 +56,7 @@ def meaningful(name: str) -> bool:
     return any(map(_says, runs))
 
 
+@lru_cache(maxsize=4096)            # asked once a section (the context line): a file's sections share it
 def beside(name: str, card: str) -> str:
     """The runs of `name` that carry meaning and that `card` does not say (NOTE: beside the card), in order."""
     if not meaningful(name):

@@ -210,8 +210,8 @@ def context_line(source: str, title: str, headings: tuple[str, ...] | str, card:
     """What a chunk is embedded and indexed under: its file's name (separators as spaces), its card's label
     (who, what kind, when: "Acme Inc. (ACME) annual report FY2021"), the title (unless it is the file name)
     and the heading path, joined by " > ". The file name is the user's word for the document: when the card
-    names an organisation (`named`), what the name says beyond the card stays beside it ("10K"; ingest/names.py
-    NOTE: beside the card), and a name that says nothing ("scan_0001", a hash) is left out."""
+    names an organisation (`named`), what the name says beyond the card stays beside it ("board minutes";
+    ingest/names.py NOTE: beside the card), and a name that says nothing ("scan_0001", a hash) is left out."""
     label, name = _file_label(source)
     if named and card:
         label = beside(label, card)

@@ -222,7 +222,8 @@ def m_bare_encode(a, texts, ids, lengths) -> dict:
 
 
 def m_st_pool(a, texts, ids, lengths) -> dict:
-    model, texts, out = _st_model(a), texts[:a.peer_n], {"chunks": len(texts)}
+    model, texts = _st_model(a), texts[:a.peer_n]
+    out = {"chunks": len(texts)}
     for procs in (1, 2):
         started = time.perf_counter()
         pool = model.start_multi_process_pool([a.device] * procs)

@@ -224,8 +224,15 @@ def context_line(source: str, title: str, headings: tuple[str, ...] | str, card:
 @lru_cache(maxsize=4096)
 def _file_label(source: str) -> tuple[str, str]:
     """(the file's name without its extension, separators as spaces; its name): once a file, not once a section."""
-    path = PurePosixPath(source)
-    return " ".join(re.sub(r"[_]+", " ", str(path.with_suffix("")) if path.suffix else source).split()), path.name
+    if "//" in source or "/." in source or source.startswith(("/", "./")) or source.endswith("/") or source == ".":
+        path = PurePosixPath(source)                # a path to normalise (an object key may hold "//")
+        source, name = str(path.with_suffix("")) if path.suffix else source, path.name
+        return " ".join(source.replace("_", " ").split()), name
+    folder, _, name = source.rpartition("/")     # PurePosixPath's name and suffix, without its parsing
+    dot = name.rfind(".")
+    if 0 < dot < len(name) - 1:
+        source = f"{folder}/{name[:dot]}" if folder else name[:dot]
+    return " ".join(source.replace("_", " ").split()), name
 
 
 def joined_headings(headings: tuple[str, ...]) -> str:

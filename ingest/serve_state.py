@@ -19,6 +19,7 @@ NOTE (the store, its absence, and --watch):
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from ingest.store import StoreError, kind, local_path, redact
 from ingest.store.lite_host import serving
 
 BUSY_S = 30.0       # a search waits this long for the one before it, then 503
+_RERUN = re.compile(r"then rerun(?:: the rerun resumes)?")
 
 
 class Unavailable(Exception):
@@ -65,8 +67,9 @@ class State:
         self._embed_lock = threading.Lock()
 
     def scrub(self, text: str) -> str:
-        """`text` with the store's password (and any URI's) replaced by ***."""
-        text = redact(text)
+        """`text` with the store's password (and any URI's) replaced by ***, and a run's advice ("then rerun: the
+        rerun resumes", the store layer's wording) as a client's: try again."""
+        text = _RERUN.sub("then try again", redact(text))
         return text.replace(self._secret, "***") if self._secret else text
 
     def warm(self) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from ingest import remote
-from ingest.files import FileRef, Finished, Outcome, evolve
+from ingest.files import FileRef, Finished, Outcome, evolve, suffix
 from ingest.loaders import LoaderError, Unsupported, format_for_extension
 from ingest.loaders.ole import SIGNATURE as OLE_SIGNATURE, office_format
 from ingest.loaders.ooxml import SIGNATURE as ZIP_SIGNATURE, zip_format
@@ -188,7 +188,7 @@ class Misnamed:
 def sniffed(path: str, source: str, fmt: str) -> Misnamed | None:
     """In a loader worker (NOTE: deferred sniff): None if the file at `path` (`source` in the folder) is `fmt`, what
     its name says; Misnamed if its content is another format. Raises the sniff's Unsupported or LoaderError."""
-    found = detect_format(path, PurePosixPath(source).suffix.lower())
+    found = detect_format(path, suffix(source))
     return None if found == fmt else Misnamed(found)
 
 
@@ -201,7 +201,7 @@ def sniff(ref: FileRef, known: Entry | None, settings: str, max_file_mb: float,
     sniffs it (NOTE: deferred sniff)."""
     if (same := unchanged(ref, known, settings)) is not None:
         return same
-    ext = PurePosixPath(ref.source).suffix.lower()        # the name in the folder, not a followed link's target
+    ext = suffix(ref.source)        # the name in the folder, not a followed link's target
     claimed = format_for_extension(ext)
     guess = evolve(ref, fmt=claimed or ext.lstrip(".") or "unknown")
     if claimed is not None and ref.size <= max_file_mb * 1e6 and defer(guess):
@@ -217,7 +217,7 @@ def sniff(ref: FileRef, known: Entry | None, settings: str, max_file_mb: float,
 
 def content_format(ref: FileRef, fmt: str, max_file_mb: float) -> FileRef | Finished:
     """`ref` read as `fmt`, what its content is: a warning if its name says otherwise; failed if over max_file_mb."""
-    ext = PurePosixPath(ref.source).suffix.lower()
+    ext = suffix(ref.source)
     claimed = format_for_extension(ext)
     ref = evolve(ref, fmt=fmt)
     if claimed is not None and fmt != claimed:

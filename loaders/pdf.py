@@ -21,6 +21,7 @@ MIN_CHARS = 20          # a page with fewer non-space characters...
 MIN_IMAGE_COVER = 0.5   # ...and at least this share of its area under images is a scan
 MAX_UNREADABLE = 0.3    # share of U+FFFD / private-use / control / unassigned characters that marks garbage
 _UNREADABLE_CATEGORIES = {"Co", "Cc", "Cn", "Cs"}
+RULE_PT = 2.0           # a drawing thinner than this in one direction is a rule or a border, never a glyph to read
 
 
 def import_pymupdf(layout: bool) -> object:
@@ -92,11 +93,22 @@ def _image_cover(page: pymupdf.Page) -> float:
     return min(1.0, covered / area) if area else 0.0
 
 
+def blank(page: pymupdf.Page) -> bool:
+    """Whether a page without text holds nothing OCR could read: no image (inline ones included), no
+    annotation or form field, and no drawing but thin rules (thinner than RULE_PT one way). Text drawn as
+    outlines, a chart, a box or a stamp is not blank. A blank page cost ~2 CPU-s to render and OCR for nothing
+    (the development set's filings have four)."""
+    if page.get_image_info() or page.first_annot or page.first_widget:
+        return False
+    return all(min(d["rect"].width, d["rect"].height) < RULE_PT for d in page.get_drawings())
+
+
 def needs_ocr(page: pymupdf.Page, text: str) -> bool:
-    """True when the page has no usable text layer: no text, garbage glyphs, or a near-empty scan."""
+    """True when the page has no usable text layer: no text (and not blank), garbage glyphs, or a near-empty
+    scan."""
     chars = "".join(text.split())           # str.split and str.isspace agree on what whitespace is
     if not chars:
-        return True
+        return not blank(page)
     # Printable text holds no Cc, Co, Cn or Cs character: the count per character only when it may be non-zero.
     unreadable = 0 if chars.isprintable() and "\ufffd" not in chars else sum(
         1 for c in chars if c == "\ufffd" or unicodedata.category(c) in _UNREADABLE_CATEGORIES)

@@ -56,6 +56,28 @@ def test_batches_respect_the_token_budget_and_pad_to_a_multiple_of_8() -> None:
     assert len(shapes) <= 256 // 8
 
 
+@pytest.mark.parametrize("bounded", [False, True])
+def test_every_row_holds_its_ids_cut_at_the_width_and_bounded_batches_repeat_their_last_row(bounded: bool) -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        lengths = rng.integers(0, int(rng.choice([9, 70, 300])), size=int(rng.integers(0, 90))).astype(np.int32)
+        flat = rng.integers(1, 30000, size=int(lengths.sum())).astype(np.int32)
+        plan = BatchPlan(int(rng.integers(1, 70)), int(rng.integers(16, 5000)), int(rng.choice([16, 64, 256])),
+                         32 if bounded else int(rng.choice([1, 8])), bounded)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        batches = bucket_by_length(flat, lengths, 5, plan)
+        assert sorted(np.concatenate([[], *(b.positions for b in batches)]).tolist()) == list(range(len(lengths)))
+        for b in batches:
+            rows, width = b.ids.shape
+            assert rows >= len(b.positions) and (bounded or rows == len(b.positions)) and b.ids.dtype == np.int32
+            positions = b.positions.tolist() + [b.positions[-1]] * (rows - len(b.positions))
+            assert b.lengths.tolist() == lengths[positions].tolist()
+            for row, position in enumerate(positions):
+                n = min(int(lengths[position]), width)
+                expected = flat[starts[position]:starts[position] + n].tolist() + [5] * (width - n)
+                assert b.ids[row].tolist() == expected
+
+
 def test_the_chunkers_ids_give_the_same_vectors_as_the_texts(pool: EncodePool) -> None:
     model = resolve_model()
     spec = ChunkSpec(model.tokenizer_file, model.max_seq_length, 200, 30)

@@ -26,10 +26,12 @@ def bench(tmp_path: Path, *args: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1600)          # eight measurements, each a fresh interpreter with torch: ~6 min on an idle box
+@pytest.mark.timeout(1600)          # eight measurements, each a fresh interpreter with torch: ~2 min on an idle box
 def test_the_rehearsal_writes_every_measurement_and_the_machine(tmp_path: Path) -> None:
-    doc = bench(tmp_path, "--n", "48", "--budget-s", "1500", "--stores", "milvus-lite:48,null:96",
-                *[f"--limit={name}=300" for name in MEASUREMENTS])
+    # issue 48: the peers (bare_encode, st_pool) on 8 chunks, ingest_run on the null backend (the host's
+    # pipeline, the model's own load is worker_start_s's): every figure is still written, in half the time
+    doc = bench(tmp_path, "--n", "48", "--peer-n", "8", "--run-backend", "null", "--budget-s", "1500",
+                "--stores", "milvus-lite:48,null:96", *[f"--limit={name}=300" for name in MEASUREMENTS])
     meta = doc["meta"]
     for key in ("device", "device_name", "torch", "cuda", "driver", "cpu_cores", "date", "commit", "n", "dtype"):
         assert key in meta, key
@@ -49,6 +51,7 @@ def test_the_rehearsal_writes_every_measurement_and_the_machine(tmp_path: Path) 
     assert real["p10"] < real["p50"] < real["p90"] <= 256            # drawn from bench/real_chunk_lengths.json
     assert got["worker_start_s"]["first_vector_s"] > 0
     assert set(got["st_pool"]) >= {"processes_1", "processes_2"}
+    assert got["bare_encode"]["chunks"] == got["st_pool"]["chunks"] == 8 and got["ingest_run"]["backend"] == "null"
     stores = got["ingest_run"]["stores"]
     assert list(stores) == ["milvus-lite", "null"]
     for name, chunks in (("milvus-lite", 48), ("null", 96)):

@@ -179,9 +179,26 @@ def test_unreadable_glyphs_need_ocr(tmp_path: Path) -> None:
     with pymupdf.open(docs.make_pdf(tmp_path / "t.pdf", ["x"])) as doc:
         page = doc[0]
         assert needs_ocr(page, "\ue001\ue002\ue003 \ufffd\ufffd\x01\x02 ab")
-        assert needs_ocr(page, "  \n ")
         assert not needs_ocr(page, "Short")                    # little text, but no image: keep it
         assert not needs_ocr(page, "A normal line of text with one \ufffd in it")
+
+
+def test_blank_pages_skip_ocr_and_pages_with_marks_do_not(tmp_path: Path) -> None:
+    import pymupdf
+
+    doc = pymupdf.open()
+    for _ in range(5):
+        doc.new_page(width=300, height=400)
+    doc[1].draw_rect(pymupdf.Rect(20, 20, 280, 20.7), color=None, fill=(0.6, 0.6, 0.6))    # a thin rule
+    doc[2].draw_rect(pymupdf.Rect(50, 50, 150, 90), color=None, fill=(0, 0, 0))            # a box: may be a logo
+    doc[3].add_ink_annot([[(50, 50), (100, 80), (150, 60)]])                                # a signature
+    doc[4].insert_image(pymupdf.Rect(0, 0, 30, 30), filename=str(docs.make_png(tmp_path / "x.png", "x")))  # an image
+    doc.save(tmp_path / "marks.pdf")
+    with pymupdf.open(tmp_path / "marks.pdf") as pdf:
+        assert [needs_ocr(pdf[i], pdf[i].get_text()) for i in range(5)] == [False, False, True, True, True]
+    pages = list(load(tmp_path / "marks.pdf"))
+    assert [(p.number, p.text, p.needs_ocr) for p in pages[:2]] == [(1, "", False), (2, "", False)]
+    assert [p.needs_ocr for p in pages[2:]] == [True, True, True]
 
 
 def test_pdf_encrypted(tmp_path: Path) -> None:

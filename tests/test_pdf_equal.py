@@ -1,6 +1,6 @@
 """Issue 45 item 2: the PDF loader made cheaper must give the same chunks. A PDF built here (headings by
 outline and by font, body text over many pages, a running header and footer with page numbers, a ruled
-table, tables of aligned figures, one continued on the next page, a blank page for OCR) is loaded whole and
+table, tables of aligned figures, one continued on the next page, a page for OCR) is loaded whole and
 by page ranges, with tables "auto" and "always"; its pages (blocks, bboxes, running lines) and its chunks
 (texts, pages, headings, element, bboxes, token ids) must equal tests/pdf_equal.json, recorded from the code
 before the change (`python tests/test_pdf_equal.py --write` records it again from the importable code).
@@ -67,8 +67,9 @@ def build(path: Path, pages: int = 40) -> None:
     toc = []
     for n in range(pages):
         page = doc.new_page()
-        if n == 17:
-            continue                                            # a blank page: for OCR
+        if n == 17:                                             # no text, a box (a logo, a scan): for OCR
+            page.draw_rect(pymupdf.Rect(100, 100, 300, 200), color=None, fill=(0, 0, 0))
+            continue
         page.insert_text((50, 32), "Acme Water Corporation | 2023 Annual Report on Form 10-K", fontsize=8)
         footer = f"Page {n + 1} of {pages}" if n % 3 else f"- {n + 1} -"
         page.insert_text((280, 815), footer, fontsize=8)

@@ -133,7 +133,8 @@ def test_a_killed_encode_actor_is_replaced_and_its_batch_redone(milvus_uri: str,
 
 @pytest.mark.slow
 def test_a_sigkilled_driver_leaves_a_rerun_with_exactly_the_clean_rows(milvus_uri: str, ray_address: str,
-                                                                       work: Path) -> None:
+                                                                       work: Path, monkeypatch) -> None:
+    monkeypatch.setenv("INGEST_TEST_SLOW_S", "0")           # the clean run and the rerun load at full speed
     many_texts(work / "docs", 16, ext="slowtxt")
     plugins = '[loaders]\nplugins = ["fault_loaders"]\n'
     clean = run_on(milvus_uri, "driver_clean", work, config=plugins + NULL)

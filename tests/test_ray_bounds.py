@@ -38,14 +38,15 @@ def test_a_pack_that_ends_or_hangs_its_encode_actor_fails_its_file_and_the_run_g
     (docs / "f005.txt").write_text("Crows remember faces. KILLACTOR is in this one.")
     (docs / "f017.txt").write_text("Owls turn their heads. HANGACTOR is in this one.")
     rules = [{"match": "KILLACTOR", "action": "exit-actor"}, {"match": "HANGACTOR", "action": "hang-actor"}]
-    # silent_s = 2 x 1 + 2 x 8 = 18 s: hung actors are killed after 18 s without an answer
-    config = NULL + "timeout_s = 1\n[store]\ntimeout_s = 8\n" + ray_config(ray_address)
+    # silent_s = 2 x 1 + 2 x 3 = 8 s: hung actors are killed after 8 s without an answer (three times: the
+    # test's wait; issue 48: store timeout 3 s, not 8, a loopback Milvus answers a call of these packs in < 1 s)
+    config = NULL + "timeout_s = 1\n[store]\ntimeout_s = 3\n" + ray_config(ray_address)
     driver = _start(work, "bound_actor", milvus_uri, config, INGEST_FAULT=json.dumps(rules))
     rc, err = _finish(driver, 400)
     assert rc == 1, err
     files = {f["path"]: f for f in json.loads((work / "report.json").read_text())["files"]}
     assert "the encode actor ended 3 times with this file's chunks" in files["f005.txt"]["error"], files
-    assert "actors were silent for 18 s, and killed, 3 times with this file" in files["f017.txt"]["error"], files
+    assert "actors were silent for 8 s, and killed, 3 times with this file" in files["f017.txt"]["error"], files
     others = {p: f["status"] for p, f in files.items() if p not in ("f005.txt", "f017.txt")}
     assert set(others.values()) == {"ingested"} and len(others) == 22, others
     assert {r["source"] for r in server_rows(milvus_uri, "bound_actor")} == set(others)

@@ -35,6 +35,7 @@ def test_a_stalled_server_store_answers_503_then_200_once_it_is_back(pg_server, 
             assert time.monotonic() - t < 30          # within [store] timeout_s (3 s) and its retries, not 60 s
             message = res.json()["error"]["message"]
             assert message and pg_server.password not in res.text and "\n" not in message, res.text
+            assert "rerun" not in message, message                  # a client's advice, not a run's
             assert httpx.get(srv.url + "/healthz", timeout=10).status_code == 200     # the server itself lives
         finally:
             signal_all(pg_server, signal.SIGCONT)

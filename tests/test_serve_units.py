@@ -67,3 +67,14 @@ def test_the_embeddings_tokenizer_refuses_a_text_over_the_models_limit() -> None
     with pytest.raises(TooLong) as err:
         tok(["short", "word " * 1000])
     assert err.value.index == 1 and "256" in str(err.value)
+
+
+def test_a_store_error_reads_as_a_clients_advice_without_the_password() -> None:
+    uri = "postgresql://ingest:s3cret@127.0.0.1:1/db"
+    state = State(load_config(overrides={"store.uri": uri}), None, False, Metrics(False))
+    try:
+        line = state.scrub(f"store {uri} did not answer within 3 s (trying to search); check the server, then rerun: "
+                           "the rerun resumes")
+        assert "s3cret" not in line and line.endswith("check the server, then try again"), line
+    finally:
+        state.close()

@@ -80,7 +80,8 @@ def _assert_group_gone(pgid: int, within: float = 10) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["group", "supervisor"])
-def test_sigterm_writes_what_is_encoded_reports_and_exits_143(tmp_path: Path, target: str) -> None:
+def test_sigterm_writes_what_is_encoded_reports_and_exits_143(tmp_path: Path, target: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     clean, work = tmp_path / "clean", tmp_path / "stopped"
     for w in (clean, work):
         _docs(w)
@@ -105,6 +106,7 @@ def test_sigterm_writes_what_is_encoded_reports_and_exits_143(tmp_path: Path, ta
 
     ids = row_ids(work)
     assert len(ids) == len(set(ids)) == sum(f["chunks"] for f in report["files"] if f["status"] == "ingested")
+    monkeypatch.setenv("INGEST_TEST_SLOW_S", "0")           # the rerun and the clean run load at full speed
     rerun = run(work / "docs", work, "--backend", "null", config=CONFIG)
     assert rerun.rc == 0, rerun.stderr
     every = {p.name for p in (work / "docs").iterdir()}

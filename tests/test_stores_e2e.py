@@ -113,8 +113,9 @@ def test_reruns_replace_changed_rows_and_prune(tmp_path, request) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("store", ["postgresql", "lancedb"])
-def test_resume_after_sigkill_and_stop_on_sigterm(tmp_path, request, store) -> None:
+def test_resume_after_sigkill_and_stop_on_sigterm(tmp_path, request, store, monkeypatch) -> None:
     """A run SIGKILLed part-way resumes; a SIGTERMed one stops with 143 and its report, on PostgreSQL and LanceDB."""
+    monkeypatch.setenv("INGEST_TEST_SLOW_S", "0")           # the resuming runs load the slow files at full speed
     pg = request.getfixturevalue("pg_server") if store == "postgresql" else None
     uri = pg.database("faults") if pg else f"lancedb://{tmp_path / 'lance'}"
     docs = tmp_path / "docs"
@@ -127,7 +128,8 @@ def test_resume_after_sigkill_and_stop_on_sigterm(tmp_path, request, store) -> N
     for collection, signum, code in (("killed", signal.SIGKILL, -9), ("stopped", signal.SIGTERM, 143)):
         proc = subprocess.Popen([sys.executable, "-m", "ingest.cli", "run", "docs", "--store", uri, "--backend", "null",
                                  "--collection", collection, "--report", "report.json", "--quiet"], cwd=tmp_path,
-                                env=cli_env(), stderr=subprocess.PIPE, start_new_session=True)
+                                env={**cli_env(), "INGEST_TEST_SLOW_S": "1"}, stderr=subprocess.PIPE,
+                                start_new_session=True)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None and not _recorded(pg or uri, collection):
             time.sleep(0.2)

@@ -70,26 +70,37 @@ def bucket_by_length(flat: np.ndarray, lengths: np.ndarray, pad_id: int, plan: B
     """Sort rows longest first (stable) and cut them into batches: each padded to its longest row
     rounded up to a multiple of plan.multiple (within the model's max length), with at most
     plan.batch_size rows and plan.max_tokens padded tokens; a bounded plan's batches in its shapes
-    (NOTE). `flat` holds the rows' ids one after another."""
+    (NOTE). `flat` holds the rows' ids one after another. The ids are put in sorted order once, so that
+    each batch's are one slice (the encode pool's coordinator pays this for every chunk of a run)."""
+    order = np.argsort(-lengths, kind="stable").astype(np.int32)
+    sizes = lengths[order].astype(np.int64)
+    ends = np.cumsum(sizes)
+    begins = ends - sizes
     starts = np.zeros(len(lengths), dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
-    order = np.argsort(-lengths, kind="stable").astype(np.int32)
-    last = max(len(flat) - 1, 0)
+    ordered = flat[np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(starts[order] - begins, sizes)]
     batches, i = [], 0
     while i < len(order):
-        width = _width_for(plan, int(lengths[order[i]]))
+        width = _width_for(plan, int(sizes[i]))
         full = _rows_for(plan, width)
         rows = order[i:i + full]
-        i += len(rows)
+        j = i + len(rows)
         padded_rows = rows
         if plan.bounded and len(rows) < full:            # copies of the last row, up to the next row count
             step = -(-full // ROW_STEPS)
             padded_rows = np.concatenate([rows, np.repeat(rows[-1:], min(full, -(-len(rows) // step) * step)
                                                           - len(rows))])
         row_lengths = lengths[padded_rows]
-        column = np.arange(width)
-        mask = column < row_lengths[:, None]
-        index = np.minimum(starts[padded_rows][:, None] + column, last)
-        padded = np.where(mask, flat[index] if len(flat) else 0, pad_id).astype(np.int32)
+        take = np.minimum(row_lengths, width)            # a row longer than the model's length is cut
+        if int(sizes[i]) <= width:
+            kept = ordered[begins[i]:ends[j - 1]]
+        else:
+            kept = np.concatenate([ordered[b:b + t] for b, t in zip(begins[i:j].tolist(), take[:j - i].tolist())])
+        if len(padded_rows) > len(rows):
+            last = kept[len(kept) - int(take[-1]):]
+            kept = np.concatenate([kept, np.tile(last, len(padded_rows) - len(rows))])
+        padded = np.full((len(padded_rows), width), pad_id, dtype=np.int32)
+        padded[np.arange(width) < take[:, None]] = kept
         batches.append(TokenBatch(positions=rows, ids=padded, lengths=row_lengths))
+        i = j
     return tuple(batches)

@@ -5,13 +5,15 @@ import copy
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ingest.backends import CHOICES as BACKEND_CHOICES, MODEL_FREE, has_nvidia_gpu
-from ingest.chunk import ChunkSpec
 from ingest.loaders.base import LoaderOptions, OcrOptions
 from ingest.model_ref import ModelRef
 from ingest.workers.limits import usable_cores
+
+if TYPE_CHECKING:
+    from ingest.chunk import ChunkSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -169,6 +171,8 @@ def loader_options(cfg: dict[str, Any]) -> LoaderOptions:
 
 def chunk_spec(cfg: dict[str, Any], model: ModelRef) -> ChunkSpec:
     """How the chunker cuts text for `model`, from a loaded config."""
+    from ingest.chunk import ChunkSpec      # the chunker's imports (tokenizers, ~0.18 s): not for a search
+
     ch = cfg["chunking"]
     return ChunkSpec(model.tokenizer_file, model.max_seq_length, ch["chunk_tokens"], ch["overlap_tokens"],
                      ch["context_tokens"], ch["skip_junk"], ch["card_context"])

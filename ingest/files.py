@@ -12,7 +12,6 @@ from __future__ import annotations
 import operator
 from itertools import repeat, starmap
 from dataclasses import dataclass, fields
-from pathlib import PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -35,16 +34,6 @@ def evolve(value: Any, **changes: Any) -> Any:
     new = object.__new__(type(value))
     new.__dict__.update(value.__dict__, **changes)
     return new
-
-
-def suffix(source: str) -> str:
-    """`PurePosixPath(source).suffix.lower()` without its parsing (~7 us, a few calls a file on the supervisor's
-    path): a relative path as the scan makes it, any other through PurePosixPath."""
-    if "//" in source or "/." in source or source.startswith(("/", "./")) or source.endswith("/") or source == ".":
-        return PurePosixPath(source).suffix.lower()
-    name = source[source.rfind("/") + 1:]
-    dot = name.rfind(".")
-    return name[dot:].lower() if 0 < dot < len(name) - 1 else ""
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ no process holds the whole file and its first rows are written while the rest lo
 RANGE_BYTES cut after a line break (loaders/text.py's NOTE), or pages [k * RANGE_PAGES, (k + 1) * RANGE_PAGES) from
 the page count and outline it sees on opening the PDF; it then loads range 0 itself and returns the rest as `Range`s.
 Each range task reads only its range (a PDF's: plus WINDOW pages on either side, so running headers, footers and font
-sizes are decided as in a whole read: 128 pages a range keeps those extra reads at a quarter, where 64 made them
-half and cost the PDF loaders 16% of their CPU) and starts under the heading path in effect at its start: a Markdown file's
+sizes are decided as in a whole read; at 128 pages a range those extra reads are a quarter of it, at 64 they were
+half, 16% of the PDF loaders' CPU) and starts under the heading path in effect at its start: a Markdown file's
 from the planning read, a PDF's from its outline (font-size headings of earlier ranges are not carried, nor a table
 continued from the previous range's last page: it starts anew without that header). Chunks never span two ranges,
 which only changes the overlap at a range's edges. The dispatcher loads ranges as [run] max_chunks_in_flight allows

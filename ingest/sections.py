@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import PurePosixPath
 
 from ingest.loaders import Page
-from ingest.names import beside
+from ingest.names import beside, split_name
 from ingest.store.schema import HEADINGS_MAX, TITLE_MAX
 
 CAPTION_CHARS = 300                 # a text this short beside a table belongs to it (see _attach_captions)
@@ -224,15 +224,8 @@ def context_line(source: str, title: str, headings: tuple[str, ...] | str, card:
 @lru_cache(maxsize=4096)
 def _file_label(source: str) -> tuple[str, str]:
     """(the file's name without its extension, separators as spaces; its name): once a file, not once a section."""
-    if "//" in source or "/." in source or source.startswith(("/", "./")) or source.endswith("/") or source == ".":
-        path = PurePosixPath(source)                # a path to normalise (an object key may hold "//")
-        source, name = str(path.with_suffix("")) if path.suffix else source, path.name
-        return " ".join(source.replace("_", " ").split()), name
-    folder, _, name = source.rpartition("/")     # PurePosixPath's name and suffix, without its parsing
-    dot = name.rfind(".")
-    if 0 < dot < len(name) - 1:
-        source = f"{folder}/{name[:dot]}" if folder else name[:dot]
-    return " ".join(source.replace("_", " ").split()), name
+    stem, name, _ = split_name(source)
+    return " ".join(stem.replace("_", " ").split()), name
 
 
 def joined_headings(headings: tuple[str, ...]) -> str:

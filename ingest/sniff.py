@@ -28,11 +28,12 @@ from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from ingest import remote
-from ingest.files import FileRef, Finished, Outcome, evolve, suffix
+from ingest.files import FileRef, Finished, Outcome, evolve
 from ingest.loaders import LoaderError, Unsupported, format_for_extension
 from ingest.loaders.ole import SIGNATURE as OLE_SIGNATURE, office_format
 from ingest.loaders.ooxml import SIGNATURE as ZIP_SIGNATURE, zip_format
 from ingest.loaders.text import BOMS, HEAD_BYTES, utf16_without_bom
+from ingest.names import suffix
 from ingest.store.manifest import Entry
 
 # The formats whose content the sniff knows, as it names them in a warning; other (plugin) formats

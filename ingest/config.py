@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ingest.backends import CHOICES as BACKEND_CHOICES, MODEL_FREE, has_nvidia_gpu
+from ingest.backends import CHOICES as BACKEND_CHOICES, MODEL_FREE, cache_dir, has_nvidia_gpu
 from ingest.loaders.base import LoaderOptions, OcrOptions
 from ingest.model_ref import ModelRef
 from ingest.workers.limits import usable_cores
@@ -183,4 +183,5 @@ def ocr_options(cfg: dict[str, Any]) -> OcrOptions:
     ocr = cfg["loaders"]["ocr"]
     return OcrOptions(dpi=ocr["dpi"], backend=ocr["backend"], paddle_model_dir=ocr["paddle_model_dir"],
                       threads=max(1, (os.cpu_count() or 1) // ocr["workers"]),
-                      passwords=tuple(cfg["loaders"]["pdf"]["passwords"]), max_image_mp=cfg["limits"]["max_image_mp"])
+                      passwords=tuple(cfg["loaders"]["pdf"]["passwords"]), max_image_mp=cfg["limits"]["max_image_mp"],
+                      model_cache=str(cache_dir()))

@@ -36,6 +36,7 @@ class OcrOptions:
     threads: int                       # ONNX Runtime threads per OCR process
     passwords: tuple[str, ...]         # to reopen encrypted scanned PDFs
     max_image_mp: float                # [limits] max_image_mp: renders are scaled down to stay under it
+    model_cache: str = ""              # where RapidOCR's rewritten models are kept ("": its own models)
 
 
 Loader = Callable[[Path, LoaderOptions], Iterator["Page"]]

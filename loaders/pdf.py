@@ -27,16 +27,20 @@ RULE_PT = 2.0           # a drawing thinner than this in one direction is a rule
 def import_pymupdf(layout: bool) -> object:
     """pymupdf; its layout model (the pymupdf_layout package, where installed: an ONNX model that
     `import pymupdf` loads, 0.4 CPU-s and 55 MB in every worker) only when `layout` asks for it. Only
-    find_tables uses it ([loaders.pdf] tables = "always"); the text dict the loader reads never does."""
-    if "pymupdf" not in sys.modules and not layout:
-        blocked = "pymupdf.layout" not in sys.modules
-        if blocked:
-            sys.modules["pymupdf.layout"] = None        # pymupdf's own `import pymupdf.layout` fails quietly
+    find_tables uses it ([loaders.pdf] tables = "always"); the text dict the loader reads never does.
+    pymupdf4llm, which `import pymupdf` also imports where installed (0.4 CPU-s: ONNX Runtime, its layout
+    helpers) for to_markdown and the like, is never imported: nothing here uses it."""
+    if "pymupdf" not in sys.modules:
+        blocked = [name for name in ("pymupdf4llm",) + (() if layout else ("pymupdf.layout",))
+                   if name not in sys.modules]
+        for name in blocked:
+            sys.modules[name] = None        # pymupdf's own `import` of it fails quietly
         try:
             import pymupdf
         finally:
-            if blocked and sys.modules.get("pymupdf.layout", 0) is None:
-                del sys.modules["pymupdf.layout"]       # so that `layout=True` may import it later
+            for name in blocked:
+                if sys.modules.get(name, 0) is None:
+                    del sys.modules[name]   # so that `layout=True` may import the layout later
     import pymupdf
 
     if layout and getattr(pymupdf, "_get_layout", 0) is None:

@@ -33,7 +33,9 @@ def test_rewritten_models_read_a_scan_line_for_line_as_the_bundled_ones(tmp_path
     bundled = _lines(RapidOCR(intra_op_num_threads=1, rec_batch_num=1), image)
     rewritten = _lines(RapidOCR(intra_op_num_threads=1, rec_batch_num=1, **fast), image)
     assert len(bundled) >= 3 and "4,471" in " ".join(t for _, t in bundled)
-    assert rewritten == bundled
+    assert [t for _, t in rewritten] == [t for _, t in bundled]
+    # the same boxes (equal here; a pixel of slack for another CPU's float rounding at the detector's threshold)
+    assert np.abs(np.array([b for b, _ in rewritten]) - np.array([b for b, _ in bundled])).max() <= 1.0
 
 
 def _graph(pad_second: bool):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import tempfile
 from collections import Counter
@@ -21,22 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-PAGES = [("AMERICANEXPRESS_2022_10K.pdf", 100), ("LOCKHEEDMARTIN_2021_10K.pdf", 80), ("AMD_2015_10K.pdf", 40),
-         ("COCACOLA_2017_10K.pdf", 70), ("VERIZON_2022_10K.pdf", 55), ("JPMORGAN_2022Q2_10Q.pdf", 10),
-         ("AMERICANWATERWORKS_2021_10K.pdf", 150), ("AMERICANWATERWORKS_2021_10K.pdf", 152),
-         ("AMERICANWATERWORKS_2021_10K.pdf", 154)]          # 0-based; the last three are scans
+sys.path.insert(0, str(Path(__file__).parent))
+from ocr_rec_batch import PAGES as FILING_PAGES, ROOT, cpu, f1  # noqa: E402
 
-
-def cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def f1(found: str, truth: str) -> float:
-    a, t = Counter(found.lower().split()), Counter(truth.lower().split())
-    return 2 * sum((a & t).values()) / max(1, sum(a.values()) + sum(t.values()))
+PAGES = FILING_PAGES + [("AMERICANWATERWORKS_2021_10K.pdf", 150), ("AMERICANWATERWORKS_2021_10K.pdf", 152),
+                        ("AMERICANWATERWORKS_2021_10K.pdf", 154)]          # 0-based; the last three are scans
 
 
 def models_alone(fast: dict[str, str]) -> dict[str, float]:

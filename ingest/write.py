@@ -61,13 +61,13 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import replace
 from typing import Callable
 
 import numpy as np
 
 from ingest.files import Finished, evolve
-from ingest.store.manifest import Entry, Manifest, record_cards
+from ingest.ledger import Ledger
+from ingest.store.manifest import Manifest
 from ingest.timeline import BusyClock, Timeline, shares
 from ingest.vector_cache import VectorCache, put_rows
 from ingest.store import StoreBase, StoreError
@@ -346,6 +346,7 @@ class Writer:
                     rows_s = [self._write_s.pop(f.ref.source, 0.0) for f in done]
                 for f, a, b in zip(done, commit_s, rows_s):
                     self.on_written(evolve(f, outcome=f.outcome.plus(write=a + b)))
+                self.ledger.check_room()
                 with self._lock:
                     self._committing = False            # flush() returns after the last Written
                     self._changed.notify_all()
@@ -355,46 +356,3 @@ class Writer:
             with self._lock:
                 self._error, self._committing = error, False
                 self._changed.notify_all()
-
-
-class Ledger:
-    """Files whose rows were all sent, until the flush that records them: store first, then manifest
-    (NOTE above). Both engines keep one: the local Writer, and the Ray engine's driver."""
-
-    def __init__(self, store: StoreBase, manifest: Manifest, settings: str):
-        self.store, self.manifest, self.settings = store, manifest, settings
-        self.files: list[Finished] = []      # every batch with their rows answered, or none sent
-        self.failed: dict[str, str] = {}     # source -> error, for files failed while being written
-        self.touched: set[str] = set()       # sources whose rows may be in the store, file not settled yet
-
-    def commit(self, files: list[Finished] | None = None) -> list[Finished]:
-        """Flush the store, delete what the files (`files`, else the ledger's own, taken) replace or abandon,
-        record them; the files as they end. Their batches must all be answered; other threads may add
-        answers of other files meanwhile (their sources are other keys of `failed` and `touched`)."""
-        if files is None:
-            files, self.files = self.files, []
-        if not self.store.caps.staged and any(f.ref.source in self.touched for f in files):
-            self.store.flush()
-        done = [self._settle(f) for f in files]
-        dropped = [f.ref.source for f in done if f.drop]
-        keep = {f.ref.source: f.ref.file_hash for f in done        # a changed file: only its new version
-                if f.outcome.status in ("ingested", "empty") and f.old_hash and f.old_hash != f.ref.file_hash}
-        keep.update((f.ref.source, f.old_hash or "") for f in done     # failed part-way: only its last good copy
-                    if f.outcome.status == "failed" and f.ref.source in self.touched)
-        keep.update((source, "") for source in dropped)            # dropped: nothing
-        entries = [Entry(f.ref.source, f.ref.size, f.ref.mtime_ns, f.ref.file_hash, "ingested", f.outcome.chunks,
-                         f.ref.fmt, self.settings) for f in done if f.record]
-        # fence (NOTE: fencing), delete in a few calls for the whole commit, flush, record: in one transaction
-        # where the store has them (ingest.store.base NOTE: commit order)
-        self.store.commit(self.manifest, keep, entries, dropped)
-        record_cards(self.manifest, {f.ref.source: f.card for f in done if f.record and f.card})
-        self.touched.difference_update(f.ref.source for f in done)
-        return done
-
-    def _settle(self, file: Finished) -> Finished:
-        """The file as it ends: failed if it failed while being written."""
-        error = self.failed.pop(file.ref.source, None)
-        if error is None:
-            return file
-        return replace(file, outcome=replace(file.outcome, status="failed", error=error, chunks=0, junk=0), pages=(),
-                       record=False)

@@ -19,7 +19,7 @@ from ingest.store.collection import Collection
 from ingest.store.manifest import Entry, SqliteManifest
 from ingest.store.server_manifest import Lease, ServerManifest
 from ingest.store.writers import Ack, Batch, Segment, upsert
-from ingest.write import Ledger
+from ingest.ledger import Ledger
 
 CHANGED = 600                    # files changed in one commit
 

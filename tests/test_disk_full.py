@@ -12,13 +12,20 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import pytest
 
 from conftest import cli_env
-from ingest.store.manifest import manifest_path
+from ingest.files import FileRef, Finished, Outcome, Row
+from ingest.ledger import Ledger
+from ingest.store import Store
+from ingest.store.errors import DiskFull
+from ingest.store.manifest import RESERVE_MIN, Entry, SqliteManifest, manifest_path
+from ingest.store.writers import Ack, Batch, Segment, upsert
 
 WORDS = ["amber", "basalt", "cedar", "delta", "ember", "fjord", "granite", "harbor", "indigo", "juniper", "kelp",
          "lagoon", "marble", "nectar", "obsidian", "prairie", "quartz", "river", "saffron", "tundra"]
@@ -89,6 +96,11 @@ def fill(mnt: Path, room_kb: int) -> Path:
     return filler
 
 
+def stored_kb(mnt: Path) -> int:
+    """kB the store and its manifest take on the tmpfs, less the manifest's reserve (its room for a last record)."""
+    return (shutil.disk_usage(mnt).used - sum(p.stat().st_size for p in mnt.glob("*.reserve"))) // 1024
+
+
 def one_version_each(uri: str, sources: set[str]) -> dict[str, tuple[str, int]]:
     """Exactly one version of every file in the store, the manifest's, with all its rows."""
     rows, entries = stored(uri), manifest(uri)
@@ -111,7 +123,7 @@ def test_full_disk_stops_in_one_line_keeps_last_good_copy_and_a_rerun_with_room_
 
     write_docs(docs, range(0, 40, 2), tag="changed ")            # 20 changed files and 60 new ones
     write_docs(docs, range(40, 100))
-    filler = fill(disk, room_kb=shutil.disk_usage(disk).used // 1024)   # what 40 files took: about half of it
+    filler = fill(disk, room_kb=stored_kb(disk))      # what 40 files took: about half of it
     full, rep = ingest_run(uri, docs, report)
     lines = [line for line in full.stderr.splitlines() if line.strip()]
     assert full.returncode == 2, full.stderr
@@ -149,7 +161,7 @@ def test_a_report_on_the_full_disk_is_said_in_one_line(disk: Path, tmp_path: Pat
     write_docs(docs, range(20))
     assert ingest_run(uri, docs, report)[0].returncode == 0
     write_docs(docs, range(20, 80))
-    fill(disk, room_kb=shutil.disk_usage(disk).used // 1024 // 2)
+    fill(disk, room_kb=stored_kb(disk) // 2)
     proc, _ = ingest_run(uri, docs, report)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -198,3 +210,70 @@ def test_a_full_disk_at_the_start_is_never_called_a_damaged_manifest(disk: Path,
     filler.unlink()
     assert ingest_run(uri, docs, report)[0].returncode == 0
     one_version_each(uri, {f"f{i:03d}.txt" for i in range(10)})
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_part_way_through_a_commit_is_met_by_the_reserve(disk: Path):
+    """The window of a commit (ingest.store.manifest NOTE: reserve): 300 changed files whose new rows are in a
+    Milvus Lite store, then a full disk before their old versions are deleted and their entries recorded. The
+    commit is done once more on the reserve: only the new versions, the manifest naming them; then the ledger
+    raises the DiskFull before any other commit. Room again, the next run's reserve is made again."""
+    path = manifest_path(str(disk / "store.db"), "documents")
+    store, manifest = Store(str(disk / "store.db"), "documents"), SqliteManifest(path)
+    manifest.hold_reserve()
+    assert manifest.reserve.stat().st_size >= RESERVE_MIN
+    store.ensure_collection("m", 8, "null")
+    old = {f"docs/f{i:04d}.txt": (f"a{i}", 1 + i % 3) for i in range(300)}
+    new = {s: (f"b{i}", 1 + i % 2) for i, s in enumerate(old)}
+    write_rows(store, old)
+    manifest.record(Entry(s, 1, 1, v, "ingested", n, "txt", "{}") for s, (v, n) in old.items())
+    write_rows(store, new)
+    filler = fill_up(disk)
+    ledger = Ledger(store, manifest, "{}")
+    ledger.touched.update(new)
+    files = [Finished(FileRef(0, s, s, 1, 1, "txt", v), Outcome("ingested", chunks=n), old_hash=old[s][0],
+                      record=True, card='{"title": "t"}') for s, (v, n) in new.items()]
+    done = ledger.commit(files)
+
+    assert [f.outcome.status for f in done] == ["ingested"] * 300
+    assert isinstance(ledger.full, DiskFull) and not manifest.reserve.exists()
+    versions: dict[str, Counter[str]] = {}
+    for r in store.rows(["source", "file_hash"]):
+        versions.setdefault(r["source"], Counter())[r["file_hash"]] += 1
+    assert versions == {s: Counter({v: n}) for s, (v, n) in new.items()}
+    assert {s: e.file_hash for s, e in manifest.all().items()} == {s: v for s, (v, _) in new.items()}
+    with pytest.raises(DiskFull) as raised:
+        ledger.commit([])
+    assert raised.value is ledger.full
+    store.close()
+    manifest.close()
+    filler.unlink()
+    again = SqliteManifest(path)
+    again.hold_reserve()
+    assert again.reserve.stat().st_size >= RESERVE_MIN
+    again.close()
+
+
+def fill_up(mnt: Path) -> Path:
+    """A filler file that takes every free byte of the tmpfs while a store may be writing on it."""
+    filler = mnt / "filler"
+    with open(filler, "wb") as f:
+        size = 0
+        for step in (1 << 20, 1 << 16, 1 << 12):
+            while True:
+                try:
+                    os.posix_fallocate(f.fileno(), size, step)
+                except OSError:
+                    break
+                size += step
+    return filler
+
+
+def write_rows(store: Store, files: dict[str, tuple[str, int]]) -> None:
+    """Rows of each source (version hash, chunks) upserted and flushed, with constant vectors."""
+    segments = [Segment(source, "txt", version, 0,
+                        tuple(Row(None, f"{source} {version} chunk {i}", "", "", "text", "", "") for i in range(n)),
+                        np.full((n, 8), 0.5, dtype=np.float32)) for source, (version, n) in files.items()]
+    for i in range(0, len(segments), 256):
+        assert isinstance(upsert(store, Batch(tuple(segments[i:i + 256]))), Ack)
+    store.flush()

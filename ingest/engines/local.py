@@ -178,6 +178,9 @@ class LocalRun(Run):
             else:
                 self._part_done(event)
         encode_thread.join(timeout=30 if self._fatal is None else 1)
+        while self._fatal is None and not self.events.empty():    # an error after the last file settled: the
+            if isinstance(event := self.events.get_nowait(), EncodeFailed):     # last commit's (a full disk)
+                self._fatal = self._fatal_error(event.error)
 
     def _next_event(self, encode_thread: threading.Thread) -> Any:
         """The next event, or None after 0.5 s without one. RuntimeError if the encode thread ended with nothing

@@ -64,7 +64,8 @@ from ingest.loaders import format_for_extension, pool_for
 from ingest.sniff import unchanged
 from ingest.store import StoreError, is_local, kind, redact
 from ingest.timeline import unmeasured
-from ingest.write import FLUSH_EVERY_S, FLUSH_FILES, FLUSH_ROWS, Ledger
+from ingest.ledger import Ledger
+from ingest.write import FLUSH_EVERY_S, FLUSH_FILES, FLUSH_ROWS
 
 BYTES_PER_TASK = 64 * 2 ** 20   # at most this much file data per task
 BATCH_WAIT_S = 1.0           # a task's files go out after this long even if it is not full (a slow listing)
@@ -119,6 +120,7 @@ class RayRun(Run):
     def _commit(self) -> None:
         for file in self.ledger.commit():
             self.settle(file)
+        self.ledger.check_room()
 
     def _stream(self, files: Iterator[tuple[FileRef, Outcome | None]]) -> None:
         exhausted, rows_since, last_flush = False, 0, time.monotonic()

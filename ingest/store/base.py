@@ -9,7 +9,9 @@ store they have: they ask its capabilities.
 NOTE (commit order): a commit replaces the rows of changed files and records them. The default
 (`StoreBase.commit`) is store first: fence (still the owner?), delete the versions that the files
 replace or abandon, flush, then record the entries in the manifest. A crash between two steps leaves
-the old entry and both versions' rows: the next run redoes the file. A transactional store
+the old entry and both versions' rows, or, after the delete, the new version's alone: either way a whole
+copy, and the next run redoes the file (a full disk there is met by the manifest's reserve:
+ingest.store.manifest NOTE: reserve). A transactional store
 (`Capabilities.transactional`: PostgreSQL) overrides `commit` to fence, delete and record in one
 transaction: nothing of a commit is visible until all of it is.
 """

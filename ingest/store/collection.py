@@ -100,6 +100,7 @@ def open_collection(cfg: dict[str, Any], reembed: bool) -> Collection:
         if store.caps.embedded:
             manifest = SqliteManifest(manifest_path(store.uri, store.collection))
             undo.callback(manifest.close)
+            manifest.hold_reserve()            # room for the last record on a disk that fills (NOTE: reserve)
             trusted = None if reembed else _trusted(store, manifest)
         store.serve(lazy=trusted is not None)  # Lite: its server in a host process of its own (ingest.store.lite_host)
         if trusted is None:

@@ -8,6 +8,15 @@ A file's entry is written only after its rows are in the store (store first, the
 record), so a crash never leaves an entry that claims rows the store does not have. The
 entry is what the store holds: a failed file keeps the entry of the version that was last
 ingested.
+
+NOTE (reserve): a commit (ingest.store.base NOTE: commit order) deletes the versions its files replace, then
+records them. A disk that fills between the two would leave the store holding versions that neither the
+manifest nor the report names (or both versions of a file, where the delete could not be written). So a run
+keeps room aside on the store's disk: `<manifest>.reserve`, RESERVE_MIN plus the manifest's own size (a
+transaction rewrites at most every page it has, plus new ones), RESERVE_MAX at most, made at open where the
+disk has room. A commit that finds the disk full removes it and is done once more (each step is idempotent:
+deletes by version, upserts by id), and the run stops right after its files are reported written
+(`ingest.ledger`). The next run with room makes it again; a disk without room for it runs without, as before.
 """
 from __future__ import annotations
 
@@ -28,6 +37,8 @@ CREATE TABLE IF NOT EXISTS files (
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS cards (source TEXT PRIMARY KEY, card TEXT);
 """
+RESERVE_MIN = 2 << 20     # a commit's new pages: 1,024 new files' entries and cards took 0.9 MB of WAL
+RESERVE_MAX = 16 << 20    # 1,024 changed files scattered over a 100,000-file manifest rewrote 14.7 MB
 CARD_META = "card:"          # a server manifest keeps a file's card as the meta value CARD_META + source
 
 
@@ -115,6 +126,17 @@ def record_cards(manifest: Manifest, cards: dict[str, str]) -> None:
             manifest.set_meta(CARD_META + source, card)
 
 
+def release_reserve(manifest: Manifest) -> bool:
+    """Free the room a SQLite manifest's run set aside (NOTE: reserve); whether there was any."""
+    if not isinstance(manifest, SqliteManifest):
+        return False
+    try:
+        manifest.reserve.unlink()
+    except OSError:
+        return False
+    return True
+
+
 def unreadable(path: Path, exc: sqlite3.Error) -> str:
     """The one-line error of a manifest SQLite cannot open or read: a permission problem, or a damaged file and
     how to rebuild it (--reembed makes the collection and its manifest anew from the folder)."""
@@ -161,8 +183,25 @@ class SqliteManifest:
         except sqlite3.Error as exc:
             raise (disk_full(path) if _full(path, exc) else StoreError(unreadable(path, exc))) from None
 
+        self.reserve = path.with_name(path.name + ".reserve")
+
     def close(self) -> None:
         self._db.close()
+
+    def hold_reserve(self) -> None:
+        """Keep room aside for a commit on a disk that fills (NOTE: reserve): the reserve file made, or grown to
+        what the manifest's size asks, where the disk has room (as it is where not)."""
+        want = RESERVE_MIN + min(RESERVE_MAX - RESERVE_MIN, sum(
+            p.stat().st_size for p in (self.path, self.path.with_name(self.path.name + "-wal")) if p.exists()))
+        try:
+            fd = os.open(self.reserve, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                if os.fstat(fd).st_size < want:
+                    os.posix_fallocate(fd, 0, want)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass                             # no room (or no fallocate): the run goes on without one
 
     def fence(self) -> None:
         """Nothing to check: the run holds the store's flock until it ends."""

@@ -32,12 +32,13 @@ def limit_memory(mb: int) -> None:
 
 @functools.cache
 def keep_heap() -> None:
-    """Tune glibc's malloc for a worker that makes and frees large buffers page after page (OCR: a page's
-    render, ONNX Runtime's tensors): blocks under 32 MB come from the heap, not from fresh mmaps that the
-    kernel zeroes page by page at every touch; the heap grows 256 MB at a time and goes back to the system only
-    past 1 GB free at its top. An OCR worker's start and first scanned page cost 0.9 CPU-s less
-    (bench/loader_start.py). Once a process; nothing where malloc is not glibc's. Under RLIMIT_AS a heap that
-    cannot grow falls back to mmap, as before."""
+    """Tune glibc's malloc for a process that makes and frees large buffers again and again (OCR: a page's
+    render, ONNX Runtime's tensors; the run's supervisor: the pickle of every writer batch, ~1.4 MB, in the
+    writer pool's thread): blocks under 32 MB come from the heap, not from fresh mmaps that the kernel zeroes
+    page by page at every touch; the heap grows 256 MB at a time and goes back to the system only past 1 GB
+    free at its top. An OCR worker's start and first scanned page cost 0.9 CPU-s less (bench/loader_start.py);
+    the supervisor's thread that sends the writer batches, 5.1 to 2.9 us a chunk (bench/feed.py). Nothing where
+    malloc is not glibc's. Under RLIMIT_AS a heap that cannot grow falls back to mmap, as before."""
     import ctypes
 
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)

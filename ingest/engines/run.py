@@ -44,7 +44,7 @@ from ingest.status import LastRun
 from ingest.timeline import store_bound
 from ingest.store import StoreError, kind, redact
 from ingest.store.collection import open_collection
-from ingest.workers.limits import tree_cpu_s
+from ingest.workers.limits import keep_heap, tree_cpu_s
 
 if TYPE_CHECKING:
     from ingest.engines.warm import Pipeline
@@ -85,6 +85,7 @@ class Run:
         """Ingest the folder: the exit code (EXIT_OK, EXIT_FAILED, or 128 + the stop signal); a StoreError or
         RunError that stopped the run is raised after the report is written."""
         started = self.started = time.perf_counter()
+        keep_heap()              # the supervisor pickles a writer batch (1.4 MB) a few hundred rows: no fresh mmaps
         self._cpu_at_start = tree_cpu_s() if self.tree_cpu else None
         with self.signals, remote.fetch_dir(self.root) as self._fetched:     # a URL's objects go there (ingest/remote.py)
             try:

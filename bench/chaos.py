@@ -359,9 +359,11 @@ class Bench:
         out = [f"TMPDIR: {p.name}" for p in self.tmp.iterdir() if not p.name.startswith(TMP_KEPT)]
         out += [f"corpus: {name}" for name in sorted(set(os.listdir(self.work / "corpus")) - set(files))]
         store = local_path(self.uri).name if not self.server else ""
-        # A finished run keeps its report and the report's HTML page (ingest/outputs.py names them); its spool
-        # and .tmp files it removes (ingest/report.py NOTE), so one of those left is a true leftover.
-        allowed = {store, f"{store}.lock", f"{store}.{self.collection}.manifest.sqlite", self.report.name,
+        # A finished run keeps its report and the report's HTML page (ingest/outputs.py names them), and the
+        # manifest's reserve (ingest/store/manifest.py NOTE: reserve); its spool and .tmp files it removes
+        # (ingest/report.py NOTE), so one of those left is a true leftover.
+        manifest = f"{store}.{self.collection}.manifest.sqlite"
+        allowed = {store, f"{store}.lock", manifest, f"{manifest}.reserve", self.report.name,
                    html_path(self.report).name}
         out += [f"store dir: {p.name}" for p in self.store_dir.iterdir() if p.name not in allowed]
         if self.report.parent != self.store_dir:

@@ -109,6 +109,22 @@ def store_rows(cwd: Path) -> list[dict]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def write_rows(store: object, files: dict[str, tuple[str, int]]) -> None:
+    """Rows of each source, (version hash, chunks), upserted in batches of 256 files and flushed, with constant
+    8-wide vectors, as a writer process sends them."""
+    import numpy as np
+
+    from ingest.files import Row
+    from ingest.store.writers import Ack, Batch, Segment, upsert
+
+    segments = [Segment(source, "txt", version, 0,
+                        tuple(Row(None, f"{source} {version} chunk {i}", "", "", "text", "", "") for i in range(n)),
+                        np.full((n, 8), 0.5, dtype=np.float32)) for source, (version, n) in files.items()]
+    for i in range(0, len(segments), 256):
+        assert isinstance(upsert(store, Batch(tuple(segments[i:i + 256]))), Ack)
+    store.flush()
+
+
 def row_ids(cwd: Path) -> list[str]:
     return [r["id"] for r in store_rows(cwd)]
 

@@ -9,16 +9,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
-from conftest import run, store_rows
-from ingest.files import FileRef, Finished, Outcome, Row
+from conftest import run, store_rows, write_rows
+from ingest.files import FileRef, Finished, Outcome
 from ingest.store import Store, milvus
 from ingest.store.collection import Collection
 from ingest.store.manifest import Entry, SqliteManifest
 from ingest.store.server_manifest import Lease, ServerManifest
-from ingest.store.writers import Ack, Batch, Segment, upsert
 from ingest.ledger import Ledger
 
 CHANGED = 600                    # files changed in one commit
@@ -34,16 +32,6 @@ class CountingStore(Store):
     def call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
         self.calls[method] += 1
         return super().call(what, method, *args, **kwargs)
-
-
-def _write(store: Store, files: dict[str, tuple[str, int]]) -> None:
-    """Rows of each source: (version hash, chunks), with null-ish vectors."""
-    segments = [Segment(source, "txt", version, 0,
-                        tuple(Row(None, f"{source} {version} chunk {i}", "", "", "text", "", "") for i in range(n)),
-                        np.full((n, 8), 0.5, dtype=np.float32)) for source, (version, n) in files.items()]
-    for i in range(0, len(segments), 256):
-        assert isinstance(upsert(store, Batch(tuple(segments[i:i + 256]))), Ack)
-    store.flush()
 
 
 def _versions(store: Store) -> dict[str, Counter[str]]:
@@ -92,13 +80,13 @@ def test_a_commit_of_many_changed_files_deletes_in_a_few_calls_and_exactly(owned
     old |= {f"docs/u{i:03d}.txt": (f"u{i}", 2) for i in range(50)}                          # unchanged files
     old |= {"docs/same.txt": ("s1", 2), "docs/part.txt": ("p1", 3), "docs/drop.txt": ("d1", 2),
             "docs/twin.txt": ("t1", 2)}
-    _write(store, old)
+    write_rows(store, old)
     manifest.record(_entry(s, v, n) for s, (v, n) in old.items())
-    _write(store, {"docs/twin.txt": ("b5", 1)})     # a version abandoned by a crash: c0005's new content
+    write_rows(store, {"docs/twin.txt": ("b5", 1)})     # a version abandoned by a crash: c0005's new content
 
     new = {f"docs/c{i:04d}.txt": (f"b{i}", 1 + i % 2) for i in range(CHANGED)}
     new |= {"docs/twin.txt": ("t2", 2), "docs/part.txt": ("p2", 2), "docs/fresh.txt": ("f2", 2)}
-    _write(store, new)
+    write_rows(store, new)
     ledger = Ledger(store, manifest, "{}")
     ledger.touched.update(new)
     ledger.failed.update({"docs/part.txt": "refused", "docs/fresh.txt": "refused"})      # failed part-way
@@ -132,8 +120,8 @@ def test_reads_that_fill_the_query_window_are_split_and_stay_exact(owned: Any,
     monkeypatch.setattr(milvus, "READ_LIMIT", 16)           # a window 16 rows wide: reads of 40 sources fill it
     old = {f"s{i:02d}": (f"a{i}", 2) for i in range(40)} | {"big": ("a-big", 20)}
     new = {f"s{i:02d}": (f"b{i}", 1) for i in range(40)} | {"big": ("b-big", 3)}
-    _write(store, old)
-    _write(store, new)
+    write_rows(store, old)
+    write_rows(store, new)
     store.delete_stale({s: v for s, (v, _) in new.items()} | {"s00": ""})
     rows = _versions(store)
     assert rows == {s: Counter({v: n}) for s, (v, n) in new.items() if s != "s00"}
@@ -143,7 +131,7 @@ def test_prune_of_many_files_deletes_in_a_few_calls(owned: Any) -> None:
     store, manifest = owned
     files = {f"docs/f{i:04d}.txt": (f"h{i}", 1 + i % 2) for i in range(CHANGED)}
     files |= {f"docs/sub/g{i}.txt": (f"g{i}", 1) for i in range(5)}          # in a folder the scan could not list
-    _write(store, files)
+    write_rows(store, files)
     manifest.record(_entry(s, v, n) for s, (v, n) in files.items())
     collection = Collection(None, "null", "{}", store, manifest, manifest.all(), None)     # only what prune uses
     gone = [s for i, s in enumerate(sorted(files)) if i % 3 and "/sub/" not in s]

@@ -53,7 +53,8 @@ def ingest_imports(path: Path) -> set[str]:
     return names
 
 
-STEPS = ("ingest.scan", "ingest.sniff", "ingest.load", "ingest.chunk", "ingest.ocr", "ingest.encode", "ingest.write")
+STEPS = ("ingest.scan", "ingest.sniff", "ingest.load", "ingest.chunk", "ingest.ocr", "ingest.encode", "ingest.write",
+         "ingest.ledger")
 FACES = ("ingest.api", "ingest.cli", "ingest.engines")
 
 

@@ -41,7 +41,7 @@ import numpy as np
 from ingest.store.base import (MODES, ROWS_SOURCES, RRF_K, Capabilities, StoreBase, StoreError, StoreRejected, flock, hit,
                                one_line)
 from ingest.store.errors import disk_full, is_disk_full
-from ingest.store.lite_folder import other_files
+from ingest.store.lance_folder import committed, foreign_folder, remove_unmade
 from ingest.store.manifest import Entry, Manifest, SqliteManifest, Summary, manifest_path, read_summary
 from ingest.store.schema import Columns
 from ingest.store.uri import local_path
@@ -62,14 +62,6 @@ def quote(value: str) -> str:
 
 def sources_in(sources: Sequence[str]) -> str:
     return f"source IN ({', '.join(map(quote, sources))})"
-
-
-def foreign_folder(path: Path, uri: str) -> str | None:
-    """The one-line refusal of a folder that holds other files and no Lance table; None if fine."""
-    if not other_files(path, lambda p: any(c.name.endswith(".lance") for c in p.iterdir())):
-        return None
-    return (f"store {uri} is a folder of other files, not a LanceDB store, and ingest would write its files "
-            f"among them; pass a folder that does not exist yet, such as lancedb://{path}.lance")
 
 
 def arrow_schema(dim: int, metadata: dict[bytes, bytes] | None = None) -> Any:
@@ -175,8 +167,8 @@ class LanceStore(StoreBase):
 
     # -- collection -----------------------------------------------------------------
     def _has(self, name: str) -> bool:
-        """Whether table `name` exists (its folder `<name>.lance`: nothing is made to tell)."""
-        return (self.local_path / f"{name}.lance").is_dir()
+        """Whether table `name` exists (its folder `<name>.lance` with a version: nothing is made to tell)."""
+        return committed(self.local_path / f"{name}.lance")
 
     def exists(self) -> bool:
         return self._has(self.collection)
@@ -201,22 +193,30 @@ class LanceStore(StoreBase):
     def ensure_collection(self, model: str, dim: int, backend: str) -> None:
         """Create the table (and its staging table, its full-text and id indexes) on first use; refuse a
         foreign one, or one of another model, dimension, backend or shape, in one line and untouched."""
-        if not self.exists():
+        if not self.exists():                  # a folder a full disk left without a version: made anew (lance_folder)
+            remove_unmade(self.local_path / f"{self.collection}.lance")
             marks = {"role": "chunks", "model": model, "dim": dim, "backend": backend, "schema": self.SCHEMA_VERSION}
             schema = arrow_schema(dim, {META: json.dumps(marks).encode()})
             self.call("create the collection", self.db.create_table, self.collection, schema=schema)
-            from lancedb.index import FTS, BTree
-
-            main = self.table()
-            self.call("index the collection", main.create_index, "search_text", config=FTS(with_position=False))
-            self.call("index the collection", main.create_index, "id", config=BTree())
         self.refuse_other(self.recorded(), model, dim, backend)
-        if self.table().schema.remove_metadata() != arrow_schema(dim):
+        main = self.table()
+        if main.schema.remove_metadata() != arrow_schema(dim):
             raise StoreError(f"collection {self.collection!r} in {self.uri} is not of the shape ingest makes "
                              f"(vector: {dim} float32, and the Milvus schema's fields); use another --collection")
+        self._indexes(main)
         if not self._has(self.staged):
+            remove_unmade(self.local_path / f"{self.staged}.lance")
             self.call("create the staging table", self.db.create_table, self.staged, schema=arrow_schema(dim),
                       exist_ok=True)
+
+    def _indexes(self, main: Any) -> None:
+        """Make the full-text and id indexes the table lacks (made with it, unless a full disk stopped that)."""
+        from lancedb.index import FTS, BTree
+
+        indexed = {tuple(i.columns) for i in self.call("list the indexes", main.list_indices)}
+        for column, config in (("search_text", FTS(with_position=False)), ("id", BTree())):
+            if (column,) not in indexed:
+                self.call("index the collection", main.create_index, column, config=config)
 
     def drop(self) -> None:
         """Drop the table and its staged rows, never a table ingest did not make (StoreError, untouched)."""
@@ -342,6 +342,7 @@ class LanceStore(StoreBase):
         if self._has(self.staged) and self.table(self.staged).count_rows():
             self.call("clear the staged rows", self.table(self.staged).delete, "true")
         main = self.table()
+        self._indexes(main)
         if main.count_rows() >= INDEX_ROWS and not any(i.columns == ["vector"] for i in main.list_indices()):
             from lancedb.index import IvfFlat
 
@@ -358,8 +359,7 @@ class LanceStore(StoreBase):
         out: list[dict[str, Any]] = []
         for i in range(0, len(todo), ROWS_SOURCES):
             query = self.table().search().limit(None).select(list(fields))
-            if sources is not None:
-                query = query.where(f"source IN ({', '.join(map(quote, todo[i:i + ROWS_SOURCES]))})")
+            query = query if sources is None else query.where(sources_in(todo[i:i + ROWS_SOURCES]))
             out.extend(self.call("read rows", query.to_arrow).to_pylist())
         return out
 

@@ -39,8 +39,8 @@ class Ledger:
         keep.update((source, "") for source in dropped)            # dropped: nothing
         entries = [Entry(f.ref.source, f.ref.size, f.ref.mtime_ns, f.ref.file_hash, "ingested", f.outcome.chunks,
                          f.ref.fmt, self.settings) for f in done if f.record]
-        # fence (ingest.write NOTE: fencing), delete in a few calls for the whole commit, flush, record: in one transaction
-        # where the store has them (ingest.store.base NOTE: commit order)
+        # fence (ingest.write NOTE: fencing), delete in a few calls for the whole commit, flush, record: in one
+        # transaction where the store has them (ingest.store.base NOTE: commit order)
         cards = {f.ref.source: f.card for f in done if f.record and f.card}
         for last in (False, True):        # a full disk part-way: once more on the reserve (manifest NOTE: reserve)
             try:

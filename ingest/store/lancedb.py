@@ -209,14 +209,15 @@ class LanceStore(StoreBase):
             self.call("create the staging table", self.db.create_table, self.staged, schema=arrow_schema(dim),
                       exist_ok=True)
 
-    def _indexes(self, main: Any) -> None:
-        """Make the full-text and id indexes the table lacks (made with it, unless a full disk stopped that)."""
+    def _indexes(self, main: Any) -> set[tuple[str, ...]]:
+        """Make the full-text and id indexes the table lacks (a full disk stopped them); the columns it had indexed."""
         from lancedb.index import FTS, BTree
 
         indexed = {tuple(i.columns) for i in self.call("list the indexes", main.list_indices)}
         for column, config in (("search_text", FTS(with_position=False)), ("id", BTree())):
             if (column,) not in indexed:
                 self.call("index the collection", main.create_index, column, config=config)
+        return indexed
 
     def drop(self) -> None:
         """Drop the table and its staged rows, never a table ingest did not make (StoreError, untouched)."""
@@ -342,8 +343,7 @@ class LanceStore(StoreBase):
         if self._has(self.staged) and self.table(self.staged).count_rows():
             self.call("clear the staged rows", self.table(self.staged).delete, "true")
         main = self.table()
-        self._indexes(main)
-        if main.count_rows() >= INDEX_ROWS and not any(i.columns == ["vector"] for i in main.list_indices()):
+        if ("vector",) not in self._indexes(main) and main.count_rows() >= INDEX_ROWS:
             from lancedb.index import IvfFlat
 
             self.call("build the vector index", main.create_index, "vector", config=IvfFlat(distance_type="cosine"))

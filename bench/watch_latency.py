@@ -49,8 +49,11 @@ def recorded(work: Path, source: str) -> int | None:
     """The manifest's mtime_ns of `source`, or None."""
     db = work / "store.db.documents.manifest.sqlite"
     try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+        try:
             row = con.execute("SELECT mtime_ns FROM files WHERE source=?", (source,)).fetchone()
+        finally:
+            con.close()
         return row[0] if row else None
     except sqlite3.Error:
         return None

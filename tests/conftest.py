@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -41,6 +42,19 @@ def cli_env() -> dict[str, str]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(TESTS))
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return env
+
+
+@contextmanager
+def sqlite(path: object, **kw: object) -> Iterator[sqlite3.Connection]:
+    """A connection to the SQLite file `path` that commits and closes on leaving. sqlite3's own `with` only
+    commits: the connection, in a cycle with its statement cache, closes at some later GC, and its WAL and
+    shared-memory files then vanish under whatever is removing the folder (CI: rmtree's FileNotFoundError)."""
+    con = sqlite3.connect(path, **kw)
+    try:
+        with con:
+            yield con
+    finally:
+        con.close()
 
 
 def ingest(*args: str, cwd: Path, timeout: float = 600, config: str | None = None) -> Result:
@@ -80,7 +94,7 @@ def wait_recorded(work: Path, source: str, proc: subprocess.Popen | None = None,
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and (proc is None or proc.poll() is None):
         if db.exists():
-            with sqlite3.connect(db) as con:
+            with sqlite(db) as con:
                 try:
                     if con.execute("SELECT 1 FROM files WHERE source=?", (source,)).fetchone():
                         return

@@ -4,14 +4,13 @@ Milvus filtered delete scans the whole collection: 5,000 changed files cost 234 
 Ledger and manifests, the real CLI; the store is counted, never replaced."""
 from __future__ import annotations
 
-import sqlite3
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import run, store_rows, write_rows
+from conftest import run, sqlite, store_rows, write_rows
 from ingest.files import FileRef, Finished, Outcome
 from ingest.store import Store, milvus
 from ingest.store.collection import Collection
@@ -148,7 +147,7 @@ SMALL = ('[model]\nbackend = "null"\n[chunking]\nchunk_tokens = 24\noverlap_toke
 
 
 def _manifest(work: Path) -> dict[str, str]:
-    with sqlite3.connect(work / "store.db.documents.manifest.sqlite") as con:
+    with sqlite(work / "store.db.documents.manifest.sqlite") as con:
         return dict(con.execute("SELECT source, file_hash FROM files"))
 
 

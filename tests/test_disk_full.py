@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 from collections import Counter
@@ -18,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import cli_env, write_rows
+from conftest import cli_env, sqlite, write_rows
 from ingest.files import FileRef, Finished, Outcome
 from ingest.ledger import Ledger
 from ingest.store import Store
@@ -79,7 +78,7 @@ def stored(uri: str) -> dict[str, dict[str, int]]:
 
 def manifest(uri: str) -> dict[str, tuple[str, int]]:
     """source -> (file_hash, chunks), after SQLite's own integrity check."""
-    with sqlite3.connect(manifest_path(uri, "documents")) as con:
+    with sqlite(manifest_path(uri, "documents")) as con:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         return {s: (h, n) for s, h, n in con.execute("SELECT source, file_hash, chunks FROM files")}
 

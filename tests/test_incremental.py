@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_env, row_ids, run, store_rows, wait_recorded
+from conftest import cli_env, row_ids, run, sqlite, store_rows, wait_recorded
 
 SMALL_CHUNKS = "[chunking]\nchunk_tokens = 24\noverlap_tokens = 4\n[run]\nmax_files_in_flight = 2\n"
 SENTENCES = [
@@ -89,7 +89,7 @@ def _recorded(work: Path) -> int:
     db = work / "store.db.documents.manifest.sqlite"
     if not db.exists():
         return 0
-    with sqlite3.connect(db) as con:
+    with sqlite(db) as con:
         try:
             return con.execute("SELECT count(*) FROM files").fetchone()[0]
         except sqlite3.OperationalError:

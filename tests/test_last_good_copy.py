@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Result, cli_env, ray_config, run, run_on, server_rows, store_rows
+from conftest import Result, cli_env, ray_config, run, run_on, server_rows, sqlite, store_rows
 from ingest.store.manifest import manifest_path
 
 PLUGIN = '[loaders]\nplugins = ["last_good_loaders"]\n'
@@ -52,13 +51,13 @@ def _rows(uri: str, _work: Path) -> list[dict]:
 
 
 def _entries(uri: str, _work: Path) -> dict[str, str]:
-    with sqlite3.connect(manifest_path(uri, "documents")) as con:
+    with sqlite(manifest_path(uri, "documents")) as con:
         return dict(con.execute("SELECT source, file_hash FROM files"))
 
 
 def lite_entries(work: Path) -> dict[str, str]:
     """source -> file_hash, as the Lite store's manifest records it."""
-    with sqlite3.connect(work / "store.db.documents.manifest.sqlite") as con:
+    with sqlite(work / "store.db.documents.manifest.sqlite") as con:
         return dict(con.execute("SELECT source, file_hash FROM files"))
 
 

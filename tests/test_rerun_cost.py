@@ -4,7 +4,6 @@ is noticed; a Lite store past its size says so at the start."""
 from __future__ import annotations
 
 import shutil
-import sqlite3
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ import pytest
 
 import psutil
 
-from conftest import cli_env, row_ids, run
+from conftest import cli_env, row_ids, run, sqlite
 
 NULL = ["--backend", "null"]
 
@@ -76,7 +75,7 @@ def test_a_lite_store_past_its_size_warns_at_start(work: Path) -> None:
     (docs / "a.txt").write_text("Penguins huddle together through the long polar night.")
     assert run(docs, work, *NULL).rc == 0
     manifest = next(work.glob("store.db.*.manifest.sqlite"))
-    with sqlite3.connect(manifest) as db:               # as if the store held 150,000 rows
+    with sqlite(manifest) as db:               # as if the store held 150,000 rows
         db.execute("UPDATE files SET chunks = 150000")
     res = run(docs, work, *NULL)
     assert res.rc == 0, res.stderr

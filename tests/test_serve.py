@@ -10,7 +10,6 @@ import random
 import re
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import cli_env, ingest
+from conftest import cli_env, ingest, sqlite
 
 KEY = "test-key-4f1c9a"
 MODEL = "all-MiniLM-L6-v2"
@@ -100,7 +99,7 @@ def client(server: Server) -> Iterator[httpx.Client]:
 
 
 def manifest(work: Path) -> list[tuple]:
-    with sqlite3.connect(f"file:{work / 'store.db.documents.manifest.sqlite'}?mode=ro", uri=True) as con:
+    with sqlite(f"file:{work / 'store.db.documents.manifest.sqlite'}?mode=ro", uri=True) as con:
         return sorted(con.execute("SELECT * FROM files").fetchall())
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import cli_env, row_ids, run
+from conftest import cli_env, row_ids, run, sqlite
 
 CONFIG = '[loaders]\nplugins = ["fault_loaders"]\n[loaders.txt]\nworkers = 1\n[run]\nmax_files_in_flight = 2\n'
 FILES = 20          # 0.7 s each on one loader: commits no longer hold loading back, so the signal needs time
@@ -40,7 +40,7 @@ def _recorded(work: Path) -> set[str]:
     db = work / "store.db.documents.manifest.sqlite"
     if not db.exists():
         return set()
-    with sqlite3.connect(db) as con:
+    with sqlite(db) as con:
         try:
             return {source for (source,) in con.execute("SELECT source FROM files")}
         except sqlite3.OperationalError:

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TESTS, cli_env, ingest, needs_soffice, ray_config
+from conftest import TESTS, cli_env, ingest, needs_soffice, ray_config, sqlite
 from ingest.store.factory import open_store
 from ingest.store.manifest import manifest_path
 
@@ -150,7 +149,7 @@ def _recorded(pg_or_uri, collection: str, what: str = "count(*)") -> int:
     """What the manifest records: PostgreSQL's table, or the SQLite file beside an embedded store."""
     try:
         if isinstance(pg_or_uri, str):
-            with sqlite3.connect(manifest_path(pg_or_uri, collection)) as con:
+            with sqlite(manifest_path(pg_or_uri, collection)) as con:
                 return con.execute(f"SELECT {what} FROM files").fetchone()[0] or 0
         return pg_or_uri.sql(f'SELECT {what} FROM "{collection}__files"', "faults")[0][0]
     except Exception:           # the run has not made the manifest yet

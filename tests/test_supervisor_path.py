@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import sqlite3
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cli_env
+from conftest import cli_env, sqlite
 
 from ingest.api import EncodePool, Pretokenized
 from ingest.chunk import ChunkSpec, PageChunks, chunk_keys, page_chunks
@@ -70,7 +69,7 @@ def test_the_stub_backend_fills_the_vector_cache_from_the_writers_and_a_copy_reu
     for i in range(6):
         (work / "docs" / f"doc{i}.txt").write_text(paragraphs(i, 3))
     cache = work / "store.db.vectors.sqlite"
-    with sqlite3.connect(cache) as con:           # an older ingest's cache: rebuilt in the new layout
+    with sqlite(cache) as con:           # an older ingest's cache: rebuilt in the new layout
         con.execute("CREATE TABLE vectors (key BLOB PRIMARY KEY, vec BLOB NOT NULL, used REAL NOT NULL) WITHOUT ROWID")
         con.execute("INSERT INTO vectors VALUES (x'00', x'00', 0)")
     base = ["--store", str(work / "store.db"), "--backend", "stub", "--report", "report.json", "--quiet"]
@@ -78,7 +77,7 @@ def test_the_stub_backend_fills_the_vector_cache_from_the_writers_and_a_copy_reu
     assert rc == 0, err[-2000:]
     chunks = report["totals"]["chunks"]
     assert chunks >= 6 and report["totals"]["encoded_chunks"] == chunks
-    with sqlite3.connect(cache) as con:
+    with sqlite(cache) as con:
         (sql,) = con.execute("SELECT sql FROM sqlite_master WHERE name = 'vectors'").fetchone()
         (rows,) = con.execute("SELECT count(*) FROM vectors").fetchone()
     assert "WITHOUT ROWID" not in sql.upper() and rows == chunks
@@ -202,7 +201,7 @@ def test_a_poisoned_chunk_in_a_shared_group_fails_only_its_own_file(work: Path) 
     assert all("chunk 2 could not be encoded" in e and "injected fault" in e for e in failed.values()), failed
     ingested = [f for f in files.values() if f["status"] == "ingested"]
     assert len(ingested) == 28 and all(f["encoded"] == f["chunks"] == 3 for f in ingested)
-    with sqlite3.connect(work / "store.db.documents.manifest.sqlite") as con:
+    with sqlite(work / "store.db.documents.manifest.sqlite") as con:
         recorded = {s for (s,) in con.execute("SELECT source FROM files")}
     assert recorded == {p for p in files if p not in failed}
 

@@ -1,11 +1,11 @@
 """The vector cache's lookups (ingest/vector_cache.py NOTE: lookups): only keys the file may hold are queried."""
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import numpy as np
 
+from conftest import sqlite
 from ingest.vector_cache import VectorCache
 
 
@@ -41,7 +41,7 @@ def test_lookups_find_what_the_file_holds_and_what_was_put_or_noted_since(tmp_pa
     assert set(cache.get(noted)) == set(noted)
     other.close()
     cache.close()
-    with sqlite3.connect(path) as con:
+    with sqlite(path) as con:
         assert con.execute("SELECT count(*) FROM vectors").fetchone()[0] == 59
 
 

@@ -17,7 +17,7 @@ import pytest
 
 import psutil
 
-from conftest import cli_env
+from conftest import cli_env, sqlite
 
 NULL = '[model]\nbackend = "null"\n'
 DEBOUNCE = 1.0      # the slow writer pauses 0.3 s: a loaded 2-core box may stall it, never by 0.7 s
@@ -52,7 +52,7 @@ def _recorded(work: Path) -> dict[str, int]:
     if not db.exists():
         return {}
     try:
-        with sqlite3.connect(db) as con:
+        with sqlite(db) as con:
             return dict(con.execute("SELECT source, size FROM files"))
     except sqlite3.OperationalError:
         return {}

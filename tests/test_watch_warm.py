@@ -18,7 +18,7 @@ import pytest
 
 import psutil
 
-from conftest import cli_env, ingest
+from conftest import cli_env, ingest, sqlite
 from test_watch import _err, _until
 
 CONFIG = '[model]\nbackend = "null"\n[loaders]\nplugins = ["fault_loaders"]\n'
@@ -39,7 +39,7 @@ def _start(work: Path, slow_s: float = 1.0) -> subprocess.Popen:
 
 def _recorded(work: Path) -> set[str]:
     try:
-        with sqlite3.connect(f"file:{work / 'store.db.documents.manifest.sqlite'}?mode=ro", uri=True) as con:
+        with sqlite(f"file:{work / 'store.db.documents.manifest.sqlite'}?mode=ro", uri=True) as con:
             return {source for source, in con.execute("SELECT source FROM files")}
     except sqlite3.Error:
         return set()

@@ -66,7 +66,7 @@ def show(r: dict) -> None:
 
 def reads(store: str, n: int, batch: int, work: Path, one_by_one_max: int) -> None:
     """Seconds to read the previous rows of n changed sources: one call a source, and `batch` a call."""
-    from ingest.files import Row
+    from ingest.store.rows import Row, Rows
     from ingest.store.factory import open_store
     from ingest.store.writers import Ack, Batch, Segment, upsert
 
@@ -77,7 +77,7 @@ def reads(store: str, n: int, batch: int, work: Path, one_by_one_max: int) -> No
         rng = np.random.default_rng(0)
         sources = [f"docs/d{i // 100:04d}/f{i:06d}.txt" for i in range(n)]
         for i in range(0, n, 512):
-            segs = tuple(Segment(src, "txt", "v1", 0, (Row(None, f"text of {src}", "", "", "text", "", ""),),
+            segs = tuple(Segment(src, "txt", "v1", 0, Rows.of([Row(None, f"text of {src}", "", "", "text", "", "")]),
                                  rng.standard_normal((1, 384)).astype(np.float32)) for src in sources[i:i + 512])
             assert isinstance(upsert(s, Batch(segs)), Ack)
         s.flush()

@@ -253,7 +253,7 @@ def write_path(name: str, work: Path, rows: int, writers: int) -> dict:
     first batch to the last commit, the pool's start included."""
     from ingest.config import DEFAULTS
     from ingest.store.manifest import Entry, SqliteManifest, manifest_path
-    from ingest.store.rows import Row
+    from ingest.store.rows import Row, Rows
     from ingest.store.writers import Ack, Batcher, Segment, WriterPool
     from ingest.write import FLUSH_ROWS
 
@@ -272,7 +272,7 @@ def write_path(name: str, work: Path, rows: int, writers: int) -> dict:
             started = time.perf_counter()
             futures, entries, written = [], [], 0
             for f in range(rows // 40):
-                chunks = tuple(Row(None, f"{f} {i} {text}", "", "", "text", "", f"f{f}") for i in range(40))
+                chunks = Rows.of([Row(None, f"{f} {i} {text}", "", "", "text", "", f"f{f}") for i in range(40)])
                 futures += [pool.submit(b) for b in batcher.add(Segment(f"f{f}.txt", "txt", f"h{f}", 0, chunks, vectors))]
                 entries.append(Entry(f"f{f}.txt", 1, 1, f"h{f}", "ingested", 40, "txt", "{}"))
                 written += 40

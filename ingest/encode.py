@@ -41,9 +41,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
-from ingest.files import INTERRUPTED, Finished, Row, evolve
+from ingest.files import INTERRUPTED, Finished, evolve
 from ingest.model_ref import ModelRef
 from ingest.reuse import Plan, Reuse, fingerprint
+from ingest.store.rows import Rows
 from ingest.timeline import Meter, Timeline
 from ingest.workers.encode import GPU_BATCH, GPU_TOKENS, WINDOW_MAX, WINDOW_MIN, Pretokenized
 from ingest.write import Writer
@@ -60,7 +61,7 @@ class Part:
     """Chunks [start, start + len(chunks)) of a file: the key of one group in the encode pool."""
     file: Finished
     start: int
-    chunks: list[Row]
+    chunks: Rows
     end: bool                                 # the last group of `file` (a part of a big file, or all of a file)
 
     @property
@@ -73,7 +74,7 @@ class Merged:
     """Whole small files in one group (NOTE: merged groups): each member's Part and the span of its rows in the
     group. What Reuse.plan reads of a part: `file` (the first member: no store rows to read), `chunks`, `last`."""
     members: tuple[tuple[Part, int, int], ...]
-    chunks: list[Row]
+    chunks: Rows
     file: Finished
     last: bool = False                        # no member's previous rows are held by Reuse (none were read)
 
@@ -178,7 +179,7 @@ class EncodeStage:
     def _drop(self, part: Part) -> None:
         """The group's file fails "interrupted" (rows of its earlier groups removed: write.py NOTE)."""
         self.writer.fail(part.file, INTERRUPTED)
-        self._add(replace(part, file=interrupted(part.file), chunks=[]), np.zeros((0, 0), dtype=np.float32))
+        self._add(replace(part, file=interrupted(part.file), chunks=Rows()), np.zeros((0, 0), dtype=np.float32))
 
     def _add(self, part: Part, vectors: np.ndarray, seconds: float = 0.0,
              counts: tuple[int, int] | None = None) -> None:
@@ -296,16 +297,16 @@ def members(plan: Plan) -> tuple[tuple[Part, int, int], ...]:
 def merged_group(files: list[Finished]) -> tuple[Merged, Pretokenized, list[bytes] | None]:
     """Whole small files as one group (NOTE: merged groups): (the Merged part, its texts and ids, its keys if
     the loaders made every file's)."""
-    members, rows, ids, lengths = [], [], [], []
+    members, blocks, n = [], [], 0
     for f in files:
         items = f.chunk_texts()
-        members.append((Part(f, 0, items, True), len(rows), len(rows) + len(items)))
-        rows += items
-        file_ids, file_lengths = f.token_ids()
-        ids.append(file_ids)
-        lengths.append(file_lengths)
-    tokens = Pretokenized([row.text for row in rows], np.concatenate(ids), np.concatenate(lengths))
-    return Merged(tuple(members), rows, files[0]), tokens, loader_keys(files, len(rows))
+        members.append((Part(f, 0, items, True), n, n + len(items)))
+        blocks.append(items)
+        n += len(items)
+    rows, pages = Rows.join(blocks), [p for f in files for p in f.pages]      # the files' ids joined once
+    tokens = Pretokenized(list(rows.texts), np.concatenate([p.ids for p in pages]),
+                          np.concatenate([p.lengths for p in pages]))
+    return Merged(tuple(members), rows, files[0]), tokens, loader_keys(files, n)
 
 
 def loader_keys(files: list[Finished], chunks: int) -> list[bytes] | None:
@@ -314,14 +315,14 @@ def loader_keys(files: list[Finished], chunks: int) -> list[bytes] | None:
     return [blob[i:i + 16] for i in range(0, len(blob), 16)] if len(blob) == 16 * chunks else None
 
 
-def file_parts(file: Finished) -> Iterator[tuple[int, list[Row], Pretokenized, list[bytes] | None, bool]]:
+def file_parts(file: Finished) -> Iterator[tuple[int, Rows, Pretokenized, list[bytes] | None, bool]]:
     """(start, chunks, their texts and ids, their keys if the loader made them, end) for each group of up to
     GROUP_CHUNKS chunks of the file (or of the part of it: `start` counts from the file's first chunk), `end` on
     its last group; a file's last part without chunks is one empty group, another part none."""
     items = file.chunk_texts()
     if not items:
         if file.last:
-            yield file.start, [], Pretokenized([], np.zeros(0, np.int32), np.zeros(0, np.int32)), [], True
+            yield file.start, Rows(), Pretokenized([], np.zeros(0, np.int32), np.zeros(0, np.int32)), [], True
         return
     ids, lengths = file.token_ids()
     ends = np.cumsum(lengths)
@@ -330,7 +331,7 @@ def file_parts(file: Finished) -> Iterator[tuple[int, list[Row], Pretokenized, l
         chunks = items[start:start + GROUP_CHUNKS]
         stop = start + len(chunks)
         first = int(ends[start - 1]) if start else 0
-        tokens = Pretokenized([row.text for row in chunks], ids[first:int(ends[stop - 1])], lengths[start:stop])
+        tokens = Pretokenized(list(chunks.texts), ids[first:int(ends[stop - 1])], lengths[start:stop])
         yield file.start + start, chunks, tokens, keys[start:stop] if keys is not None else None, stop >= len(items)
 
 

@@ -10,7 +10,6 @@ and only the `last` carries the file's outcome (the others' say "ingested" and t
 from __future__ import annotations
 
 import operator
-from itertools import repeat, starmap
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -18,7 +17,7 @@ import numpy as np
 
 from ingest.chunk import PageChunks
 from ingest.sections import context_line
-from ingest.store.rows import Row
+from ingest.store.rows import Rows
 
 
 INTERRUPTED = "interrupted before it was written; rerun to ingest it"
@@ -118,15 +117,20 @@ class Finished:
         """The chunks held here (a part's, not the file's)."""
         return sum(len(p.chunks) for p in self.pages)
 
-    def chunk_texts(self) -> list[Row]:
-        """The store's Row for every chunk, in page order, then chunk order, with its context line (one a page)."""
-        rows: list[Row] = []
+    def chunk_texts(self) -> Rows:
+        """The store's rows of every chunk, in page order, then chunk order, with its context line (one a page),
+        as columns: a page's values repeat as one object, no Row is made a chunk."""
+        pages, texts, titles, headings, elements, bboxes, contexts = [], [], [], [], [], [], []
         for p in self.pages:
             title, n = p.title or "", len(p.chunks)
-            context = context_line(self.ref.source, title, p.headings)
-            rows += starmap(Row, zip(repeat(p.page, n), p.chunks, repeat(title, n), repeat(p.headings, n),
-                                     repeat(p.element, n), p.bboxes or repeat("", n), repeat(context, n)))
-        return rows
+            pages += [p.page] * n
+            texts += p.chunks
+            titles += [title] * n
+            headings += [p.headings] * n
+            elements += [p.element] * n
+            bboxes += p.bboxes or [""] * n
+            contexts += [context_line(self.ref.source, title, p.headings)] * n
+        return Rows((pages, texts, titles, headings, elements, bboxes, contexts))
 
     def token_ids(self) -> tuple[np.ndarray, np.ndarray]:
         """(every chunk's ids, one after another; tokens per chunk), both int32, in chunk_texts() order."""

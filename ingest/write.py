@@ -72,6 +72,7 @@ from ingest.timeline import BusyClock, Timeline, shares
 from ingest.vector_cache import VectorCache, put_rows
 from ingest.store import StoreBase, StoreError
 from ingest.workers.failure import Failure
+from ingest.store.rows import Rows
 from ingest.store.writers import (Ack, Batch, Batcher, InlineWriter, Refused, Segment, Unreachable, WriterPool,
                                   answer_within)
 
@@ -124,8 +125,7 @@ class Writer:
         """Busy seconds: batches in flight, and commits' own calls."""
         return self._batches.total + self._commits.total
 
-    def add(self, file: Finished, start: int, texts: list[tuple[int | None, str]], vectors: np.ndarray,
-            last: bool) -> None:
+    def add(self, file: Finished, start: int, texts: Rows, vectors: np.ndarray, last: bool) -> None:
         """Queue rows for chunks [start, start+len) of `file`; `last` marks the file's final part."""
         with self._lock:
             self._raise_error()
@@ -134,7 +134,7 @@ class Writer:
                 if not self._collection_ready:
                     self.store.ensure_collection(self.model, int(vectors.shape[1]), self.backend)
                     self._collection_ready = True
-                self._queue(Segment(ref.source, ref.fmt, ref.file_hash, start, tuple(texts), vectors))
+                self._queue(Segment(ref.source, ref.fmt, ref.file_hash, start, texts, vectors))
             self._take_answers(self.processes * MAX_IN_FLIGHT)
             if last:
                 self.ledger.files.append(evolve(file, pages=()))      # its text is in batches now

@@ -128,11 +128,11 @@ def write_rows(store: object, files: dict[str, tuple[str, int]]) -> None:
     8-wide vectors, as a writer process sends them."""
     import numpy as np
 
-    from ingest.files import Row
+    from ingest.store.rows import Row, Rows
     from ingest.store.writers import Ack, Batch, Segment, upsert
 
     segments = [Segment(source, "txt", version, 0,
-                        tuple(Row(None, f"{source} {version} chunk {i}", "", "", "text", "", "") for i in range(n)),
+                        Rows.of([Row(None, f"{source} {version} chunk {i}", "", "", "text", "", "") for i in range(n)]),
                         np.full((n, 8), 0.5, dtype=np.float32)) for source, (version, n) in files.items()]
     for i in range(0, len(segments), 256):
         assert isinstance(upsert(store, Batch(tuple(segments[i:i + 256]))), Ack)

@@ -16,7 +16,8 @@ import pytest
 from conftest import run
 
 from ingest import write
-from ingest.files import FileRef, Finished, Outcome, Row
+from ingest.files import FileRef, Finished, Outcome
+from ingest.store.rows import Row, Rows
 from ingest.store import Store
 from ingest.store.manifest import SqliteManifest, manifest_path
 
@@ -53,7 +54,7 @@ def test_add_goes_on_while_a_commit_waits_for_a_stopped_store(tmp_path: Path,
     rng = np.random.default_rng(0)
 
     def add(i: int) -> None:
-        writer.add(_file(i), 0, [Row(None, f"text of file {i}", "", "", "text", "", "")],
+        writer.add(_file(i), 0, Rows.of([Row(None, f"text of file {i}", "", "", "text", "", "")]),
                    rng.random((1, 8), dtype=np.float32), last=True)
 
     try:

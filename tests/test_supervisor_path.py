@@ -19,7 +19,7 @@ from ingest.api import EncodePool, Pretokenized
 from ingest.chunk import ChunkSpec, PageChunks, chunk_keys, page_chunks
 from ingest.files import FileRef, Outcome, evolve
 from ingest.model_ref import resolve_model
-from ingest.store.rows import Row
+from ingest.store.rows import Row, Rows
 from ingest.store.writers import Batch, Segment
 
 MODEL = resolve_model("default")
@@ -104,12 +104,12 @@ def test_pickled_by_columns_the_values_come_back_equal() -> None:
         {k: v for k, v in vars(page).items() if k not in ("ids", "lengths")}
     assert back.ids.tolist() == page.ids.tolist() and back.lengths.tolist() == page.lengths.tolist()
     rows = tuple(Row(p, f"text {p}", "T", "H", "text", "", "ctx") for p in (None, 1, 2))
-    segment = Segment("a/b.txt", "txt", "h" * 64, 5, rows, np.arange(12, dtype=np.float32).reshape(3, 4))
+    segment = Segment("a/b.txt", "txt", "h" * 64, 5, Rows.of(rows), np.arange(12, dtype=np.float32).reshape(3, 4))
     (got,) = pickle.loads(pickle.dumps(Batch((segment,)))).segments
-    assert (got.source, got.fmt, got.file_hash, got.start, got.chunks) == ("a/b.txt", "txt", "h" * 64, 5, rows)
+    assert (got.source, got.fmt, got.file_hash, got.start, tuple(got.chunks)) == ("a/b.txt", "txt", "h" * 64, 5, rows)
     assert got.vectors.dtype == np.float32 and got.vectors.tolist() == segment.vectors.tolist()
-    empty = pickle.loads(pickle.dumps(Segment("c.txt", "txt", "h", 0, (), np.zeros((0, 4), np.float32))))
-    assert empty.chunks == () and empty.vectors.shape == (0, 4)
+    empty = pickle.loads(pickle.dumps(Segment("c.txt", "txt", "h", 0, Rows(), np.zeros((0, 4), np.float32))))
+    assert tuple(empty.chunks) == () and empty.vectors.shape == (0, 4)
 
 
 def test_evolve_is_replace_without_its_cost() -> None:

@@ -31,13 +31,14 @@ import numpy as np
 from ingest import load, ocr, remote
 from ingest.chunk import ChunkSpec
 from ingest.encode import chunk_failure_text, file_parts, make_pool
-from ingest.files import FileRef, Finished, Row
+from ingest.files import FileRef, Finished
 from ingest.load import Job, import_plugins, init_loader_process
 from ingest.loaders import LoaderOptions, OcrOptions
 from ingest.model_ref import ModelRef
 from ingest.store import Endpoint, StoreBase
 from ingest.store.factory import store_at
 from ingest.store.manifest import Entry
+from ingest.store.rows import Rows
 from ingest.timeline import Meter, shares
 from ingest.workers.encode import Pretokenized
 from ingest.workers.failure import Failure
@@ -57,7 +58,7 @@ class Part:
     index: int
     count: int
     start: int
-    chunks: tuple[Row, ...]
+    chunks: Rows
     tokens: Pretokenized | None
     vectors: np.ndarray | None = None
     error: str | None = None                         # its chunks could not be encoded: the file fails
@@ -180,7 +181,7 @@ def _parts(pieces: Iterator[Finished]) -> Iterator[Part]:
         for start, chunks, tokens, _, _ in file_parts(piece):
             if held is not None:
                 yield held
-            held = Part(meta, index, 0, start, tuple(chunks), tokens if chunks else None)
+            held = Part(meta, index, 0, start, chunks, tokens if len(chunks) else None)
             index += 1
     yield replace(held, count=index)
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import hashlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import starmap
 from typing import Any, Callable
 
 import numpy as np
 
 from ingest.store.base import Endpoint, StoreBase, StoreError, StoreRejected
-from ingest.store.rows import Row, search_text
+from ingest.store.rows import Rows, search_text
 from ingest.store.schema import Columns
 from ingest.store.factory import store_at
 from ingest.workers.pool import Pools
@@ -40,15 +39,15 @@ class Segment:
     fmt: str
     file_hash: str
     start: int
-    chunks: tuple[Row, ...]
+    chunks: Rows
     vectors: np.ndarray
 
     def __reduce__(self) -> tuple:
-        """Pickled by columns (seven tuples, their repeated strings once each), not a Row at a time, and the
-        vectors as bytes (an ndarray's own pickling costs ~13 us, as much as 16 rows): the supervisor sends
-        every row to a writer process."""
+        """Pickled by its rows' columns (their repeated strings once each), and the vectors as bytes (an
+        ndarray's own pickling costs ~13 us, as much as 16 rows): the supervisor sends every row to a writer
+        process."""
         v = self.vectors
-        return _segment, (self.source, self.fmt, self.file_hash, self.start, tuple(zip(*self.chunks)),
+        return _segment, (self.source, self.fmt, self.file_hash, self.start, self.chunks.columns,
                           (v.tobytes(), v.shape, v.dtype.str))
 
     def cut(self, n: int) -> tuple[Segment, Segment]:
@@ -62,7 +61,7 @@ def _segment(source: str, fmt: str, file_hash: str, start: int, columns: tuple[t
              vectors: tuple[bytes, tuple[int, ...], str]) -> Segment:
     """A Segment from its pickled columns and vectors (Segment.__reduce__)."""
     data, shape, dtype = vectors
-    return Segment(source, fmt, file_hash, start, tuple(starmap(Row, zip(*columns))),
+    return Segment(source, fmt, file_hash, start, Rows(columns),
                    np.frombuffer(data, dtype=dtype).reshape(shape))
 
 

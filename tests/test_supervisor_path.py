@@ -112,6 +112,16 @@ def test_pickled_by_columns_the_values_come_back_equal() -> None:
     assert tuple(empty.chunks) == () and empty.vectors.shape == (0, 4)
 
 
+def test_rows_as_columns_index_slice_join_and_pickle_as_rows_do() -> None:
+    a = [Row(p, f"text {p}", "T", "H", "text", "", "ctx") for p in (None, 1, 2)]
+    b = [Row(7, "seven", "U", "", "table", "1,2,3,4", "c2")]
+    rows = Rows.join([Rows.of(a), Rows.of(b)])
+    assert len(rows) == 4 and list(rows) == a + b and rows[3] == b[0] and list(rows[1:3]) == a[1:3]
+    assert list(rows.texts) == [r.text for r in a + b] and len(Rows()) == 0 and not Rows() and list(Rows()) == []
+    assert list(pickle.loads(pickle.dumps(rows))) == a + b
+    assert list(Rows.join([Rows.of(a)])) == a
+
+
 def test_evolve_is_replace_without_its_cost() -> None:
     ref = FileRef(3, "a.txt", "/x/a.txt", 10, 20)
     assert evolve(ref, fmt="txt") == replace(ref, fmt="txt") and ref.fmt == ""

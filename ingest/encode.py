@@ -92,7 +92,7 @@ class EncodeStage:
         if self.reuse.cache is not None:        # the writer processes fill the cache (ingest/write.py NOTE: cache)
             self.reuse.sink = lambda keys, vectors, cache=self.reuse.cache: writer.cache(cache, keys, vectors)
         self.on_error, self.stopping, self.on_part = on_error, stopping, on_part
-        self.feed: queue.Queue[Finished | None] = queue.Queue()
+        self.feed: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
         self.closed = threading.Event()
         self.stats: dict[str, float] = {}
         self._meter = Meter(timeline or Timeline(), "encode")
@@ -160,16 +160,19 @@ class EncodeStage:
                  offset: int) -> None:
         """Each file (or part) of a planned group to the writer with its vectors; one with a chunk that could not be
         encoded (a NaN row) fails, named by `failures` (the encode call's; the group's misses from `offset` on)."""
-        misses = np.asarray(plan.misses, dtype=np.int64)
-        for p, lo, hi in members(plan):
+        misses, spans = np.asarray(plan.misses, dtype=np.int64), members(plan)     # per group, not per file:
+        cuts = np.searchsorted(misses, [x for _, lo, hi in spans for x in (lo, hi)]).tolist()
+        nan = np.isnan(vectors).any(axis=1) if len(vectors) else None
+        failed = nan is not None and bool(nan.any())
+        for (p, lo, hi), first, stop in zip(spans, cuts[::2], cuts[1::2]):
             mine = vectors[lo:hi]
-            first, stop = np.searchsorted(misses, (lo, hi)).tolist()
-            if len(mine) and np.isnan(mine).any():      # its chunks (or the equal ones it waited for) failed
+            if failed and nan[lo:hi].any():            # its chunks (or the equal ones it waited for) failed
                 sent = (misses[first:stop] - lo).tolist()
                 self.writer.fail(p.file, chunk_failure_text(failures, offset + first, p.start, sent))
             encoded = stop - first
             share = seconds * encoded / plan.encoded if plan.encoded else 0.0
-            self._add(p, mine, share, (encoded, hi - lo - encoded) if hi > lo else None)
+            self._add(p, mine, share, (encoded, hi - lo - encoded) if hi > lo else None, notify=False)
+        self.writer.notify()                            # the group's files accepted, at once
 
     def _stopped(self, plan: Plan) -> bool:
         """A group of chunks none of which the pool encoded, once the run stops: dropped like the pool's (NOTE:
@@ -182,7 +185,7 @@ class EncodeStage:
         self._add(replace(part, file=interrupted(part.file), chunks=Rows()), np.zeros((0, 0), dtype=np.float32))
 
     def _add(self, part: Part, vectors: np.ndarray, seconds: float = 0.0,
-             counts: tuple[int, int] | None = None) -> None:
+             counts: tuple[int, int] | None = None, notify: bool = True) -> None:
         """Hand a group to the writer; the file's last carries the seconds its groups took to encode, and
         how many of its chunks were encoded and reused (`counts`: this group's)."""
         file, seq = part.file, part.file.ref.seq
@@ -194,7 +197,7 @@ class EncodeStage:
             self._counts.pop(seq, None)
             outcome = evolve(file.outcome, encoded=encoded, reused=reused)
             file = evolve(file, outcome=outcome.plus(encode=self._encode_s.pop(seq)))
-        self.writer.add(file, part.start, part.chunks, vectors, part.last)
+        self.writer.add(file, part.start, part.chunks, vectors, part.last, notify)
         if part.end and not part.file.last:
             self.on_part(part.file)
 

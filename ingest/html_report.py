@@ -74,13 +74,20 @@ class Digest:
 
     def add(self, entry: dict[str, Any]) -> None:
         status, stages = entry["status"], entry.get("stages", {})
-        c = self.formats.setdefault(entry["format"] or "unknown", Counter())
-        c.update(files=1, chunks=entry["chunks"], seconds=entry["seconds"], **{status: 1}, **stages)
+        c = self.formats.setdefault(entry["format"] or "unknown", Counter())      # every file: counts in place
+        c["files"] += 1
+        c["chunks"] += entry["chunks"]
+        c["seconds"] += entry["seconds"]
+        c[status] += 1
+        for stage, seconds in stages.items():
+            c[stage] += seconds
         self.counts[status] += 1
         if status in self.lists and len(self.lists[status]) < LISTED:
             self.lists[status].append({k: entry.get(k) for k in ("path", "format", "error")})
         if entry["seconds"] > 0:
             self._seen += 1
+            if len(self.slowest) == TOP_N and (entry["seconds"], self._seen) < self.slowest[0][:2]:
+                return                              # not among the slowest: no item made
             item = (entry["seconds"], self._seen, {k: entry.get(k) for k in ("path", "format", "status", "chunks")}
                     | {"stages": stages})
             if len(self.slowest) < TOP_N:

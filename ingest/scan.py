@@ -75,16 +75,15 @@ def scan(root: Path, follow_symlinks: str,
         if kind == "dir":
             stack.append(iter(_listing(full, source, below)))
             continue
-        ref = FileRef(seq, source, full)
         seq += 1
         if kind == "unlisted":
-            yield ref, Outcome("failed", f"{CANNOT_LIST}: {why}")
+            yield FileRef(seq - 1, source, full), Outcome("failed", f"{CANNOT_LIST}: {why}")
         elif kind == "dirlink":
-            yield ref, Outcome("skipped", "directory symlink (not followed)")
+            yield FileRef(seq - 1, source, full), Outcome("skipped", "directory symlink (not followed)")
         elif kind == "link" and follow_symlinks == "none":
-            yield ref, Outcome("skipped", f"symlink; {_FOLLOW_HINT['none']}")
+            yield FileRef(seq - 1, source, full), Outcome("skipped", f"symlink; {_FOLLOW_HINT['none']}")
         else:
-            yield _follow(ref, follow_symlinks, inside, kind == "link")
+            yield _follow(seq - 1, source, full, follow_symlinks, inside, kind == "link")
 
 
 _Tree = dict[str, "_Tree | None"]         # the named entries of a folder: name -> those under it (None: all)
@@ -203,20 +202,22 @@ def too_long(source: str, what: str) -> Outcome | None:
     return Outcome("failed", f"path is {size} bytes, too long for the store (at most {SOURCE_MAX}); shorten {what}")
 
 
-def _follow(ref: FileRef, follow_symlinks: str, inside: str, link: bool) -> tuple[FileRef, Outcome | None]:
-    """`ref` stat'ed, with a followed link's target as its path; or its failed or skipped Outcome."""
-    if (long := too_long(ref.source, "the file's path or name")) is not None:
-        return ref, long
+def _follow(seq: int, source: str, full: str, follow_symlinks: str, inside: str,
+            link: bool) -> tuple[FileRef, Outcome | None]:
+    """File `seq` stat'ed, with a followed link's target as its path; or its failed or skipped Outcome."""
+    if (long := too_long(source, "the file's path or name")) is not None:
+        return FileRef(seq, source, full), long
     try:
-        st = os.stat(ref.path)
+        st = os.stat(full)
     except OSError as exc:
-        return ref, Outcome("failed", _stat_error(exc))
-    path = ref.path
+        return FileRef(seq, source, full), Outcome("failed", _stat_error(exc))
+    path = full
     if link:
         path = os.path.realpath(path)
         if follow_symlinks == "inside" and os.path.commonpath((inside, path)) != inside:
-            return ref, Outcome("skipped", f"link leads outside the folder; {_FOLLOW_HINT['inside']}")
-    return FileRef(ref.seq, ref.source, path, st.st_size, st.st_mtime_ns), None
+            outside = f"link leads outside the folder; {_FOLLOW_HINT['inside']}"
+            return FileRef(seq, source, full), Outcome("skipped", outside)
+    return FileRef(seq, source, path, st.st_size, st.st_mtime_ns), None
 
 
 def _stat_error(exc: OSError) -> str:

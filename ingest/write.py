@@ -88,7 +88,7 @@ CACHE_WAIT_S = 30.0         # how long `flush` waits for the last ones
 
 class Writer:
     def __init__(self, store: StoreBase, manifest: Manifest, model: str, settings: str, batch_rows: int,
-                 on_accepted: Callable[[Finished], None], on_written: Callable[[Finished], None], backend: str,
+                 on_accepted: Callable[[tuple[Finished, ...]], None], on_written: Callable[[tuple[Finished, ...]], None], backend: str,
                  writers: int = 1, timeline: Timeline | None = None):
         self.store = store
         self.model, self.batch_rows, self.backend = model, batch_rows, backend
@@ -119,14 +119,17 @@ class Writer:
         self._cache: tuple[str, float, int] | None = None    # (path, max_mb, dim) of the vector cache fed
         self._cache_rows: list[tuple[list[bytes], np.ndarray]] = []     # gathered, not yet sent; their count:
         self._cache_count, self._cache_tasks = 0, []                    # and the tasks sent, unanswered
+        self._accepted: list[Finished] = []                             # accepted, not yet told of (notify)
 
     @property
     def seconds(self) -> float:
         """Busy seconds: batches in flight, and commits' own calls."""
         return self._batches.total + self._commits.total
 
-    def add(self, file: Finished, start: int, texts: Rows, vectors: np.ndarray, last: bool) -> None:
-        """Queue rows for chunks [start, start+len) of `file`; `last` marks the file's final part."""
+    def add(self, file: Finished, start: int, texts: Rows, vectors: np.ndarray, last: bool,
+            notify: bool = True) -> None:
+        """Queue rows for chunks [start, start+len) of `file`; `last` marks the file's final part. The files
+        accepted are told of (on_accepted) now, or with the next `notify()` (a group's files, at once)."""
         with self._lock:
             self._raise_error()
             ref = file.ref
@@ -138,9 +141,12 @@ class Writer:
             self._take_answers(self.processes * MAX_IN_FLIGHT)
             if last:
                 self.ledger.files.append(evolve(file, pages=()))      # its text is in batches now
-                self.on_accepted(file)
-            if self.ledger.files and (len(self.ledger.files) >= FLUSH_FILES or self.rows_written - self._rows_at_flush >= FLUSH_ROWS
-                               or time.monotonic() - self.last_flush > FLUSH_EVERY_S):
+                self._accepted.append(file)
+            seal = self.ledger.files and (len(self.ledger.files) >= FLUSH_FILES or self.rows_written - self._rows_at_flush
+                                          >= FLUSH_ROWS or time.monotonic() - self.last_flush > FLUSH_EVERY_S)
+            if notify or seal:                      # told of before they are committed (Written)
+                self._notify()
+            if seal:
                 self._wait_committer(lambda: len(self._sealed) < MAX_SEALED_FILES)     # memory stays flat
                 self._seal()
 
@@ -167,11 +173,22 @@ class Writer:
                     and len(self._sealed) < MAX_SEALED_FILES:
                 self._seal()
 
+    def notify(self) -> None:
+        """Tell of the files accepted and not yet told of (add's `notify`)."""
+        with self._lock:
+            self._notify()
+
+    def _notify(self) -> None:
+        if self._accepted:
+            files, self._accepted = tuple(self._accepted), []
+            self.on_accepted(files)
+
     def flush(self) -> None:
         """Write and record everything added (the end of input): wait until the committer recorded it; the
         writer processes stop (a later add starts new ones)."""
         with self._lock:
             self._raise_error()
+            self._notify()
             if self.ledger.files:
                 self._seal()
             self._wait_committer(lambda: not (self._sealed or self._committing))
@@ -344,8 +361,8 @@ class Writer:
                 commit_s = shares(time.perf_counter() - started, [f.outcome.chunks for f in done])
                 with self._lock:
                     rows_s = [self._write_s.pop(f.ref.source, 0.0) for f in done]
-                for f, a, b in zip(done, commit_s, rows_s):
-                    self.on_written(evolve(f, outcome=f.outcome.plus(write=a + b)))
+                self.on_written(tuple(evolve(f, outcome=f.outcome.plus(write=a + b))     # one event a commit
+                                      for f, a, b in zip(done, commit_s, rows_s)))
                 self.ledger.check_room()
                 with self._lock:
                     self._committing = False            # flush() returns after the last Written

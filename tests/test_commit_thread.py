@@ -48,8 +48,8 @@ def test_add_goes_on_while_a_commit_waits_for_a_stopped_store(tmp_path: Path,
     manifest = SqliteManifest(manifest_path(uri, "documents"))
     accepted: list[int] = []
     written: list[int] = []
-    writer = write.Writer(store, manifest, "test-model", "settings", BATCH, lambda f: accepted.append(f.ref.seq),
-                          lambda f: written.append(f.ref.seq), "null")
+    writer = write.Writer(store, manifest, "test-model", "settings", BATCH, lambda files: accepted.extend(f.ref.seq for f in files),
+                          lambda files: written.extend(f.ref.seq for f in files), "null")
     host = next(p for p in psutil.Process().children(recursive=True) if p.name() == "ingest-lite")
     rng = np.random.default_rng(0)
 

@@ -108,6 +108,10 @@ def test_pickled_by_columns_the_values_come_back_equal() -> None:
     (got,) = pickle.loads(pickle.dumps(Batch((segment,)))).segments
     assert (got.source, got.fmt, got.file_hash, got.start, tuple(got.chunks)) == ("a/b.txt", "txt", "h" * 64, 5, rows)
     assert got.vectors.dtype == np.float32 and got.vectors.tolist() == segment.vectors.tolist()
+    other = Segment("d.txt", "md", "g" * 64, 0, Rows.of(rows[:2]), np.ones((2, 4), np.float32))
+    both = pickle.loads(pickle.dumps(Batch((segment, other)))).segments      # one set of columns for the batch
+    assert [(s.source, s.fmt, s.file_hash, s.start, tuple(s.chunks), s.vectors.tolist()) for s in both] == \
+        [(s.source, s.fmt, s.file_hash, s.start, tuple(s.chunks), s.vectors.tolist()) for s in (segment, other)]
     empty = pickle.loads(pickle.dumps(Segment("c.txt", "txt", "h", 0, Rows(), np.zeros((0, 4), np.float32))))
     assert tuple(empty.chunks) == () and empty.vectors.shape == (0, 4)
 

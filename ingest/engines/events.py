@@ -46,14 +46,13 @@ class PartWritten:
 
 @dataclass(frozen=True)
 class Accepted:
-    """The writer holds all of the file's rows: its chunks no longer count as in flight."""
-    seq: int
-    chunks: int
+    """The writer holds all of the files' rows: their chunks no longer count as in flight."""
+    files: tuple[tuple[int, int], ...]      # (seq, chunks) of each, a group's files at once
 
 
 @dataclass(frozen=True)
 class Written:
-    file: Finished
+    files: tuple[Finished, ...]          # one commit's, in file order
 
 
 @dataclass(frozen=True)

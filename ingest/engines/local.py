@@ -42,7 +42,7 @@ from ingest.engines.events import (Accepted, EncodeFailed, Event, LoadDone, Load
 from ingest.engines.inflight import InFlight, Ranged, files_in_flight
 from ingest.engines.run import Run, RunError
 from ingest.engines.warm import loader_pools
-from ingest.files import INTERRUPTED, FileRef, Finished, Outcome, evolve
+from ingest.files import INTERRUPTED, FileRef, Finished, Outcome, Times, evolve
 from ingest.load_batch import Batches, batchable
 from ingest.loaders import pool_for
 from ingest.sniff import Misnamed, content_format, unchanged
@@ -84,8 +84,9 @@ class LocalRun(Run):
         self._reads = col.reuse.reads if col.reuse is not None else 0
         self.writer = (pipe.writer if pipe else Writer)(
             col.store, col.manifest, col.model.name, col.settings, cfg["store"]["batch_size"],
-            lambda f: self.events.put(Accepted(f.ref.seq, f.chunk_count if f.outcome.status == "ingested" else 0)),
-            lambda f: self.events.put(Written(f)), col.backend, writers=cfg["store"]["writers"], timeline=self.timeline)
+            lambda files: self.events.put(Accepted(tuple((f.ref.seq, f.chunk_count if f.outcome.status == "ingested"
+                                                          else 0) for f in files))),
+            lambda files: self.events.put(Written(files)), col.backend, writers=cfg["store"]["writers"], timeline=self.timeline)
         self.stage = (pipe.encode_stage if pipe else EncodeStage)(
             col.model, {**cfg["model"], "backend": col.backend}, self.writer, lambda e: self.events.put(EncodeFailed(e)),
             self.stopping, lambda f: self.events.put(PartWritten(f.ref.seq, f.chunk_count)), self.timeline,
@@ -109,7 +110,8 @@ class LocalRun(Run):
                 except queue.Empty:
                     break
                 if isinstance(event, Written):
-                    self.settle(event.file)
+                    for file in event.files:
+                        self.settle(file)
 
     def engine_totals(self) -> dict[str, Any]:
         w = self.writer
@@ -161,10 +163,12 @@ class LocalRun(Run):
                     break
                 continue
             if isinstance(event, Accepted):
-                in_flight.accepted(event.seq)
-                self.progress.embedded(event.chunks)
+                for seq, chunks in event.files:
+                    in_flight.accepted(seq)
+                self.progress.embedded(sum(chunks for _, chunks in event.files))
             elif isinstance(event, Written):
-                self.settle(event.file)
+                for file in event.files:
+                    self.settle(file)
             elif isinstance(event, EncodeFailed):
                 self._fatal = self._fatal_error(event.error)
                 break
@@ -172,9 +176,10 @@ class LocalRun(Run):
                 self._interrupt()
             elif isinstance(event, LoadDone):
                 self._loaded(event)
-            elif isinstance(event, Loads):
+            elif isinstance(event, Loads):          # one worker loaded them one after another: their time at once
+                self.timeline.worked(sum((d.times for d in event.done), Times()))
                 for done in event.done:
-                    self._loaded(done)
+                    self._loaded(done, timed=True)
             else:
                 self._part_done(event)
         encode_thread.join(timeout=30 if self._fatal is None else 1)
@@ -216,8 +221,9 @@ class LocalRun(Run):
         future = load.submit(self.pools, job.ref, self.loader_options, self.spec, job.known_hash)
         future.add_done_callback(lambda f: self.events.put(LoadDone(ref.seq, f.result())))
 
-    def _loaded(self, event: LoadDone) -> None:
-        self.timeline.worked(event.times)
+    def _loaded(self, event: LoadDone, timed: bool = False) -> None:
+        if not timed:
+            self.timeline.worked(event.times)
         state = self._pending.get(event.seq)
         if event.part:                                      # a range of a big file
             if isinstance(state, load.Pages):
@@ -240,7 +246,7 @@ class LocalRun(Run):
     def _part_loaded(self, pages: load.Pages, part: int, result: load.Loaded | Failure) -> None:
         """A part of a file is loaded: OCR its pages, hand on its parts that are ready, in order."""
         seq = pages.ref.seq
-        if isinstance(result, load.Loaded):
+        if isinstance(result, load.Loaded) and result.ocr_pages:
             for page, future in ocr.fan_out(self.pools, pages.ref.path, result.ocr_pages, self.ocr_options, self.spec,
                                             pages.doc, self.cfg["loaders"]["ocr"]["timeout_s"]):
                 future.add_done_callback(lambda f, p=page: self.events.put(OcrPageDone(seq, part, p, f.result())))
@@ -261,7 +267,8 @@ class LocalRun(Run):
     def _hand_on(self, pages: load.Pages) -> None:
         if (last := self._ranged.hand_on(pages, self._reorder.next, self.stage.feed.put)) is not None:
             self._complete(last)
-        self._ranged.load(self.stage.chunks_ahead(self.cfg["run"]["max_chunks_in_flight"]), self._reorder.next)
+        if self._ranged.files:
+            self._ranged.load(self.stage.chunks_ahead(self.cfg["run"]["max_chunks_in_flight"]), self._reorder.next)
 
     def _load_range(self, pages: load.Pages) -> None:
         seq = pages.ref.seq

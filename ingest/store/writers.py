@@ -11,6 +11,7 @@ timeout, one resubmit of a batch whose process died, and Failure values.
 from __future__ import annotations
 
 import hashlib
+from itertools import chain
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -18,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ingest.store.base import Endpoint, StoreBase, StoreError, StoreRejected
-from ingest.store.rows import Rows, search_text
+from ingest.store.rows import Row, Rows, search_text
 from ingest.store.schema import Columns
 from ingest.store.factory import store_at
 from ingest.workers.pool import Pools
@@ -57,6 +58,17 @@ class Segment:
         return head, tail
 
 
+def _batch(heads: tuple[tuple[str, str, str, int, int], ...], columns: tuple[list, ...], vectors: bytes, dtype: str,
+           tail: tuple[int, ...]) -> Batch:
+    """A Batch from its pickled columns and vectors (Batch.__reduce__)."""
+    rows, array = Rows(columns), np.frombuffer(vectors, dtype=dtype).reshape(-1, *tail)
+    segments, at = [], 0
+    for source, fmt, file_hash, start, n in heads:
+        segments.append(Segment(source, fmt, file_hash, start, rows[at:at + n], array[at:at + n]))
+        at += n
+    return Batch(tuple(segments))
+
+
 def _segment(source: str, fmt: str, file_hash: str, start: int, columns: tuple[tuple, ...],
              vectors: tuple[bytes, tuple[int, ...], str]) -> Segment:
     """A Segment from its pickled columns and vectors (Segment.__reduce__)."""
@@ -68,6 +80,20 @@ def _segment(source: str, fmt: str, file_hash: str, start: int, columns: tuple[t
 @dataclass(frozen=True, eq=False)
 class Batch:
     segments: tuple[Segment, ...]
+
+    def __reduce__(self) -> tuple:
+        """Pickled as one set of columns for all its segments (each one's source, format, hash, start and row
+        count beside them) and one bytes of vectors: a batch holds ~32 small files' segments, and pickled one
+        by one they cost the supervisor's sending thread a list a column, a bytes and a tuple each, a file."""
+        segs = self.segments
+        kinds = {(s.vectors.dtype.str, s.vectors.shape[1:]) for s in segs}
+        if len(kinds) != 1 or not all(len(s.chunks) for s in segs) or not all(next(iter(kinds))[1]):
+            return Batch, (segs,)                  # mixed or empty vectors: segment by segment
+        (dtype, tail), = kinds
+        heads = tuple((s.source, s.fmt, s.file_hash, s.start, len(s.chunks)) for s in segs)
+        columns = tuple(list(chain.from_iterable(s.chunks.columns[k] for s in segs)) for k in range(len(Row._fields)))
+        vectors = b"".join(np.ascontiguousarray(s.vectors).data for s in segs)
+        return _batch, (heads, columns, vectors, dtype, tail)
 
     @property
     def rows(self) -> int:

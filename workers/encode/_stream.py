@@ -57,7 +57,7 @@ class EncodeRun:
         self._wake = wake
         self._inbox: queue.Queue = queue.Queue(maxsize=window_size)
         self._layout: deque[tuple[Any, int]] = deque()    # (key, rows) in input order
-        self._results: queue.Queue = queue.Queue()        # windows' rows in order, None, or an error
+        self._results: queue.SimpleQueue = queue.SimpleQueue()    # windows' rows in order, None, or an error
         self._error: BaseException | None = None
         self._input_done = threading.Event()
         self._unannounced = 0                # feeder-only: texts put since the coordinator was last woken

@@ -350,12 +350,13 @@ class Pages:
         while (part := self.parts.get(self.next)) is not None and not part.pending:
             del self.parts[self.next]
             self.next += 1
-            pages = tuple(sorted(part.pages, key=lambda p: (-1 if p.page is None else p.page, p.segment)))
+            pages = tuple(sorted(part.pages, key=lambda p: (-1 if p.page is None else p.page, p.segment))
+                          if len(part.pages) > 1 else part.pages)
             self.times += part.times
-            self.cut += sum(p.cut for p in pages)
-            self.junk += sum(p.junk for p in pages)
-            self.junk_sample = self.junk_sample or next((p.junk_sample for p in pages if p.junk_sample), "")
-            chunks = sum(len(p.chunks) for p in pages)
+            chunks = 0
+            for p in pages:                          # one pass (a small file: one page)
+                self.cut, self.junk, chunks = self.cut + p.cut, self.junk + p.junk, chunks + len(p.chunks)
+                self.junk_sample = self.junk_sample or p.junk_sample
             if self.next == self.total:
                 out.append(self._last(pages, chunks))
             elif chunks:

@@ -194,10 +194,12 @@ class VectorCache:
 _opened: dict[str, VectorCache] = {}        # a writer process's caches by path (put_rows)
 
 
-def put_rows(task: tuple[str, float, int, tuple[bytes, ...], bytes]) -> int:
-    """In a writer process (ingest/write.py NOTE: cache): rows (path, max_mb, dim, keys, float32 vectors as
-    bytes) into the cache at `path`, opened once a process. Never raises: the cache is never needed."""
-    path, max_mb, dim, keys, data = task
+def put_rows(task: tuple[str, float, int, bytes, bytes]) -> int:
+    """In a writer process (ingest/write.py NOTE: cache): rows (path, max_mb, dim, their 16-byte keys joined,
+    float32 vectors as bytes) into the cache at `path`, opened once a process. Never raises: the cache is never
+    needed."""
+    path, max_mb, dim, joined, data = task
+    keys = [joined[i:i + 16] for i in range(0, len(joined), 16)]
     try:
         cache = _opened.get(path)
         if cache is None:

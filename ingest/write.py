@@ -61,6 +61,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from itertools import chain
 from typing import Callable
 
 import numpy as np
@@ -88,8 +89,9 @@ CACHE_WAIT_S = 30.0         # how long `flush` waits for the last ones
 
 class Writer:
     def __init__(self, store: StoreBase, manifest: Manifest, model: str, settings: str, batch_rows: int,
-                 on_accepted: Callable[[tuple[Finished, ...]], None], on_written: Callable[[tuple[Finished, ...]], None], backend: str,
-                 writers: int = 1, timeline: Timeline | None = None):
+                 on_accepted: Callable[[tuple[Finished, ...]], None],
+                 on_written: Callable[[tuple[Finished, ...]], None], backend: str, writers: int = 1,
+                 timeline: Timeline | None = None):
         self.store = store
         self.model, self.batch_rows, self.backend = model, batch_rows, backend
         self.on_accepted, self.on_written = on_accepted, on_written
@@ -253,7 +255,8 @@ class Writer:
         if self._closed or len(self._cache_tasks) >= MAX_CACHE_TASKS:
             return
         data = np.concatenate([v for _, v in rows]).astype(np.float32, copy=False).tobytes()
-        self._cache_tasks.append(self._writers().run(put_rows, (*self._cache, tuple(k for p, _ in rows for k in p), data)))
+        keys = b"".join(chain.from_iterable(k for k, _ in rows))      # one bytes, not a pickled bytes a key
+        self._cache_tasks.append(self._writers().run(put_rows, (*self._cache, keys, data)))
 
     def _submit(self, batch: Batch, group: int) -> None:
         if self._closed:

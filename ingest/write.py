@@ -254,7 +254,7 @@ class Writer:
         self._cache_tasks = [f for f in self._cache_tasks if not f.done()]
         if self._closed or len(self._cache_tasks) >= MAX_CACHE_TASKS:
             return
-        data = np.concatenate([v for _, v in rows]).astype(np.float32, copy=False).tobytes()
+        data = b"".join(np.ascontiguousarray(v, dtype=np.float32).data for _, v in rows)     # one copy, not two
         keys = b"".join(chain.from_iterable(k for k, _ in rows))      # one bytes, not a pickled bytes a key
         self._cache_tasks.append(self._writers().run(put_rows, (*self._cache, keys, data)))
 

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
-from ingest.files import INTERRUPTED, Finished, evolve
+from ingest.files import INTERRUPTED, Finished, evolve, token_ids
 from ingest.model_ref import ModelRef
 from ingest.reuse import Plan, Reuse, fingerprint
 from ingest.store.rows import Rows
@@ -306,9 +306,8 @@ def merged_group(files: list[Finished]) -> tuple[Merged, Pretokenized, list[byte
         members.append((Part(f, 0, items, True), n, n + len(items)))
         blocks.append(items)
         n += len(items)
-    rows, pages = Rows.join(blocks), [p for f in files for p in f.pages]      # the files' ids joined once
-    tokens = Pretokenized(list(rows.texts), np.concatenate([p.ids for p in pages]),
-                          np.concatenate([p.lengths for p in pages]))
+    rows = Rows.join(blocks)
+    tokens = Pretokenized(list(rows.texts), *token_ids(p for f in files for p in f.pages))     # joined once
     return Merged(tuple(members), rows, files[0]), tokens, loader_keys(files, n)
 
 

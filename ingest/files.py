@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -134,6 +134,10 @@ class Finished:
 
     def token_ids(self) -> tuple[np.ndarray, np.ndarray]:
         """(every chunk's ids, one after another; tokens per chunk), both int32, in chunk_texts() order."""
-        empty = np.zeros(0, dtype=np.int32)
-        return (np.concatenate([empty, *(p.ids for p in self.pages)]),
-                np.concatenate([empty, *(p.lengths for p in self.pages)]))
+        return token_ids(self.pages)
+
+
+def token_ids(pages: Iterable[PageChunks]) -> tuple[np.ndarray, np.ndarray]:
+    """The pages' chunks' ids, one after another, and their tokens per chunk: int32, joined once."""
+    pages, empty = list(pages), np.zeros(0, dtype=np.int32)
+    return np.concatenate([empty, *(p.ids for p in pages)]), np.concatenate([empty, *(p.lengths for p in pages)])

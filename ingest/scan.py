@@ -75,15 +75,15 @@ def scan(root: Path, follow_symlinks: str,
         if kind == "dir":
             stack.append(iter(_listing(full, source, below)))
             continue
-        seq += 1
+        number, seq = seq, seq + 1
         if kind == "unlisted":
-            yield FileRef(seq - 1, source, full), Outcome("failed", f"{CANNOT_LIST}: {why}")
+            yield FileRef(number, source, full), Outcome("failed", f"{CANNOT_LIST}: {why}")
         elif kind == "dirlink":
-            yield FileRef(seq - 1, source, full), Outcome("skipped", "directory symlink (not followed)")
+            yield FileRef(number, source, full), Outcome("skipped", "directory symlink (not followed)")
         elif kind == "link" and follow_symlinks == "none":
-            yield FileRef(seq - 1, source, full), Outcome("skipped", f"symlink; {_FOLLOW_HINT['none']}")
+            yield FileRef(number, source, full), Outcome("skipped", f"symlink; {_FOLLOW_HINT['none']}")
         else:
-            yield _follow(seq - 1, source, full, follow_symlinks, inside, kind == "link")
+            yield _follow(number, source, full, follow_symlinks, inside, kind == "link")
 
 
 _Tree = dict[str, "_Tree | None"]         # the named entries of a folder: name -> those under it (None: all)

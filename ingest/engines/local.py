@@ -175,11 +175,12 @@ class LocalRun(Run):
             elif isinstance(event, Stop):
                 self._interrupt()
             elif isinstance(event, LoadDone):
+                self.timeline.worked(event.times)
                 self._loaded(event)
             elif isinstance(event, Loads):          # one worker loaded them one after another: their time at once
                 self.timeline.worked(sum((d.times for d in event.done), Times()))
                 for done in event.done:
-                    self._loaded(done, timed=True)
+                    self._loaded(done)
             else:
                 self._part_done(event)
         encode_thread.join(timeout=30 if self._fatal is None else 1)
@@ -221,9 +222,8 @@ class LocalRun(Run):
         future = load.submit(self.pools, job.ref, self.loader_options, self.spec, job.known_hash)
         future.add_done_callback(lambda f: self.events.put(LoadDone(ref.seq, f.result())))
 
-    def _loaded(self, event: LoadDone, timed: bool = False) -> None:
-        if not timed:
-            self.timeline.worked(event.times)
+    def _loaded(self, event: LoadDone) -> None:
+        """A load task's result (its time is on the timeline already)."""
         state = self._pending.get(event.seq)
         if event.part:                                      # a range of a big file
             if isinstance(state, load.Pages):

@@ -11,9 +11,9 @@ timeout, one resubmit of a batch whose process died, and Failure values.
 from __future__ import annotations
 
 import hashlib
-from itertools import chain
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Callable
 
 import numpy as np
@@ -87,9 +87,9 @@ class Batch:
         by one they cost the supervisor's sending thread a list a column, a bytes and a tuple each, a file."""
         segs = self.segments
         kinds = {(s.vectors.dtype.str, s.vectors.shape[1:]) for s in segs}
-        if len(kinds) != 1 or not all(len(s.chunks) for s in segs) or not all(next(iter(kinds))[1]):
+        dtype, tail = next(iter(kinds)) if len(kinds) == 1 else ("", ())
+        if not tail or not all(tail) or not all(len(s.chunks) for s in segs):
             return Batch, (segs,)                  # mixed or empty vectors: segment by segment
-        (dtype, tail), = kinds
         heads = tuple((s.source, s.fmt, s.file_hash, s.start, len(s.chunks)) for s in segs)
         columns = tuple(list(chain.from_iterable(s.chunks.columns[k] for s in segs)) for k in range(len(Row._fields)))
         vectors = b"".join(np.ascontiguousarray(s.vectors).data for s in segs)

@@ -90,7 +90,8 @@ class EncodeStage:
         self.model, self.settings, self.writer = model, settings, writer
         self.reuse = reuse or Reuse(fingerprint(model, settings["backend"], settings), model.dim, None, None)
         if self.reuse.cache is not None:        # the writer processes fill the cache (ingest/write.py NOTE: cache)
-            self.reuse.sink = lambda keys, vectors, cache=self.reuse.cache: writer.cache(cache, keys, vectors)
+            self.reuse.by_writer = True
+            writer.cache_into(self.reuse.cache)
         self.on_error, self.stopping, self.on_part = on_error, stopping, on_part
         self.feed: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
         self.closed = threading.Event()
@@ -171,7 +172,8 @@ class EncodeStage:
                 self.writer.fail(p.file, chunk_failure_text(failures, offset + first, p.start, sent))
             encoded = stop - first
             share = seconds * encoded / plan.encoded if plan.encoded else 0.0
-            self._add(p, mine, share, (encoded, hi - lo - encoded) if hi > lo else None, notify=False)
+            self._add(p, mine, share, (encoded, hi - lo - encoded) if hi > lo else None, notify=False,
+                      keys=plan.cache_keys[16 * lo:16 * hi])
         self.writer.notify()                            # the group's files accepted, at once
 
     def _stopped(self, plan: Plan) -> bool:
@@ -185,9 +187,9 @@ class EncodeStage:
         self._add(replace(part, file=interrupted(part.file), chunks=Rows()), np.zeros((0, 0), dtype=np.float32))
 
     def _add(self, part: Part, vectors: np.ndarray, seconds: float = 0.0,
-             counts: tuple[int, int] | None = None, notify: bool = True) -> None:
-        """Hand a group to the writer; the file's last carries the seconds its groups took to encode, and
-        how many of its chunks were encoded and reused (`counts`: this group's)."""
+             counts: tuple[int, int] | None = None, notify: bool = True, keys: bytes = b"") -> None:
+        """Hand a group to the writer (`keys`: its rows' cache keys); the file's last carries the seconds its
+        groups took to encode, and how many of its chunks were encoded and reused (`counts`: this group's)."""
         file, seq = part.file, part.file.ref.seq
         self._encode_s[seq] = self._encode_s.get(seq, 0.0) + seconds
         encoded, reused = self._counts.get(seq, (0, 0))
@@ -197,7 +199,7 @@ class EncodeStage:
             self._counts.pop(seq, None)
             outcome = evolve(file.outcome, encoded=encoded, reused=reused)
             file = evolve(file, outcome=outcome.plus(encode=self._encode_s.pop(seq)))
-        self.writer.add(file, part.start, part.chunks, vectors, part.last, notify)
+        self.writer.add(file, part.start, part.chunks, vectors, part.last, notify, keys)
         if part.end and not part.file.last:
             self.on_part(part.file)
 

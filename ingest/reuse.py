@@ -20,7 +20,8 @@ Where a vector comes from, in order (`Reuse.plan`, one group of a file's chunks 
    missing reads them with those of every changed file expected and not read yet (up to READ_SOURCES, and
    only files in flight); a file's rows are let go once its last group is planned;
 3. the local cache (`ingest.vector_cache`), when on; what the encoder made and what the store gave go
-   into it through `sink` (a run's: its writer processes, ingest/write.py NOTE: cache), else here;
+   into it: with `by_writer` (a run's), the group's `cache_keys` go with its rows and the writer processes
+   cache the rows they store (ingest/write.py NOTE: cache); else here;
 4. else the encoder, once per distinct key (later equal chunks wait for it).
 `--reembed` of an existing collection reuses nothing from the store or the cache; the null backend
 (no model) has no cache. The store is never changed here: the previous version stays whole until the
@@ -35,7 +36,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from ingest.model_ref import ModelRef
 from ingest.store.base import StoreBase, StoreError
 from ingest.store.rows import search_text
 from ingest.store.uri import kind
+from ingest.store.writers import NO_KEY
 from ingest.vector_cache import VectorCache
 from ingest.workers.encode import Pretokenized
 
@@ -80,6 +82,7 @@ class Plan:
     waits: list[int] = field(default_factory=list)
     tokens: Pretokenized | None = None          # the misses' texts and ids, for the encoder
     to_cache: list[int] = field(default_factory=list)     # found in the store: worth caching too
+    cache_keys: bytes = b""                     # by_writer: 16 bytes a chunk, its key or NO_KEY (not cached)
 
     @property
     def encoded(self) -> int:
@@ -104,7 +107,7 @@ class Reuse:
         self._previous: dict[str, dict[tuple[str, str], np.ndarray]] = {}   # source -> its rows in the store
         self._expected: dict[str, None] = {}    # changed files on their way whose rows are not read yet
         self.reads = 0                          # store calls made to read previous rows (the report's reuse_reads)
-        self.sink: Callable[[list[bytes], np.ndarray], None] | None = None   # who writes the cache (else here)
+        self.by_writer = False                  # the writer caches the rows it stores (NOTE, 3)
 
     @classmethod
     def open(cls, cfg: dict[str, Any], model: ModelRef, backend: str, store: StoreBase, manifest: Any,
@@ -230,11 +233,12 @@ class Reuse:
                     out[i] = v
         if self.cache is not None and (misses or plan.to_cache):
             rows = [*misses, *plan.to_cache]
-            vectors = out if len(rows) == len(out) and not plan.to_cache else out[rows]
-            cached = [keys[i] for i in rows]
-            if self.sink is not None:
-                self.cache.note(cached)         # written by another process: asked for later (vector_cache NOTE)
-            (self.sink or self.cache.put)(cached, vectors)
+            if self.by_writer:                  # 16 bytes a chunk go with its row, not its vector a second time
+                self.cache.note([keys[i] for i in rows])    # another process writes them (vector_cache NOTE)
+                plan.cache_keys = cache_keys(keys, rows)
+            else:
+                self.cache.put([keys[i] for i in rows], out if len(rows) == len(out) and not plan.to_cache
+                               else out[rows])
         return out
 
     def cancel(self, plan: Plan) -> None:
@@ -293,6 +297,16 @@ class Reuse:
             self._previous.update(got)
             rows = got[source]
         return rows
+
+
+def cache_keys(keys: list[bytes], rows: list[int]) -> bytes:
+    """The group's chunks' keys joined, NO_KEY for a chunk not among `rows` (distinct indexes)."""
+    if len(rows) == len(keys):
+        return b"".join(keys)
+    out = [NO_KEY] * len(keys)
+    for i in rows:
+        out[i] = keys[i]
+    return b"".join(out)
 
 
 def _subset(tokens: Pretokenized, rows: list[int]) -> Pretokenized:

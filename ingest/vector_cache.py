@@ -40,6 +40,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ingest.store.writers import NO_KEY       # a row not to be cached (a key is a 16-byte hash, never this)
+
 ROW_OVERHEAD = 64           # bytes a row costs besides its vector: key, stamp, b-tree and index entries
 EVICT_EVERY = 4096          # rows written between two checks of the bound
 BUSY_MS = 2000              # how long a write waits for another process's transaction
@@ -191,20 +193,23 @@ class VectorCache:
             self._con = None
 
 
-_opened: dict[str, VectorCache] = {}        # a writer process's caches by path (put_rows)
+_opened: dict[str, VectorCache] = {}        # a writer process's caches by path (put_written)
 
 
-def put_rows(task: tuple[str, float, int, bytes, bytes]) -> int:
-    """In a writer process (ingest/write.py NOTE: cache): rows (path, max_mb, dim, their 16-byte keys joined,
-    float32 vectors as bytes) into the cache at `path`, opened once a process. Never raises: the cache is never
-    needed."""
-    path, max_mb, dim, joined, data = task
+def put_written(target: tuple[str, float, int], joined: bytes, vectors: np.ndarray) -> int:
+    """In a writer process, after it stored the rows (ingest/write.py NOTE: cache): those of them with a key
+    (16 bytes a row, joined; NO_KEY: not cached) into the cache `target` (path, max_mb, dim), opened once a
+    process. Never raises: the cache is never needed."""
+    path, max_mb, dim = target
     keys = [joined[i:i + 16] for i in range(0, len(joined), 16)]
+    keep = [i for i, k in enumerate(keys) if k != NO_KEY]
     try:
         cache = _opened.get(path)
         if cache is None:
             cache = _opened[path] = VectorCache(Path(path), max_mb, dim)
-        cache.put(keys, np.frombuffer(data, dtype=np.float32).reshape(len(keys), dim))
+        if len(keep) < len(keys):
+            keys, vectors = [keys[i] for i in keep], vectors[keep]
+        cache.put(keys, vectors)
     except Exception:                       # a bug here must not cost the run a writer
         return 0
     return len(keys)

@@ -44,13 +44,13 @@ server gone, timeout) raises StoreError and stops the run.
 
 NOTE (cache): the vector cache's rows (ingest/reuse.py: what the encoder made, what the store gave)
 are written by the writer processes, not by the supervisor (an SQLite row of 1.5 KB costs ~25 us
-of CPU, more than the supervisor's whole share of a chunk): `cache` gathers them and sends
-CACHE_ROWS at a time (`WriterPool.run`: `ingest.vector_cache.put_rows`, each process with its own
-connection; a store no other process may open: the writer's thread). The cache is never needed, so
-nothing waits for it: past MAX_CACHE_TASKS unanswered tasks (a slow disk, a busy store) rows are
-left out of the cache, a failed task is forgotten, and `flush` waits at most CACHE_WAIT_S for the
-last tasks (less if the run stops meanwhile); a stopped run loses those still queued. Rows are cached
-after the encoder made them, whether or not their file is then written, as before.
+of CPU, more than the supervisor's whole share of a chunk), from the rows they store: `add` takes each
+row's cache key (16 bytes; NO_KEY: not to be cached), the batch carries them, and the writer process,
+once the store took the batch, puts the keyed rows into the cache (`upsert`'s `after`:
+`ingest.vector_cache.put_written`, each process with its own connection; a store no other process may
+open: the writer's thread). So a vector crosses to a writer process once, with its row, not a second
+time for the cache. The cache is never needed: a put that fails is forgotten, and rows of a file that
+fails, or of a run stopped before its batches were sent, are not cached.
 
 NOTE (fencing): `Ledger.commit` asks the manifest to fence (a server collection: re-read the lease
 now) before it deletes a row or writes an entry; a lost lease raises LeaseLost (a StoreError)
@@ -61,7 +61,6 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from itertools import chain
 from typing import Callable
 
 import numpy as np
@@ -70,21 +69,18 @@ from ingest.files import Finished, evolve
 from ingest.ledger import Ledger
 from ingest.store.manifest import Manifest
 from ingest.timeline import BusyClock, Timeline, shares
-from ingest.vector_cache import VectorCache, put_rows
+from ingest.vector_cache import VectorCache, put_written
 from ingest.store import StoreBase, StoreError
 from ingest.workers.failure import Failure
 from ingest.store.rows import Rows
-from ingest.store.writers import (Ack, Batch, Batcher, InlineWriter, Refused, Segment, Unreachable, WriterPool,
-                                  answer_within)
+from ingest.store.writers import (Ack, After, Batch, Batcher, InlineWriter, Refused, Segment, Unreachable,
+                                  WriterPool, answer_within)
 
 FLUSH_EVERY_S = 5.0
 FLUSH_ROWS = 8192           # Milvus Lite here: 245 us/row flushing every 512 rows, 160 every 1,536 (bench/feed.py)
 FLUSH_FILES = 1024          # files per sealed group (their manifest entries, their report lines)
 MAX_IN_FLIGHT = 4           # unanswered batches per writer process before add() waits
 MAX_SEALED_FILES = 4 * FLUSH_FILES      # files sealed and not yet committed before add() waits
-CACHE_ROWS = 2048           # vector cache rows a writer-process task (NOTE: cache)
-MAX_CACHE_TASKS = 4         # such tasks unanswered; past them, rows are left out of the cache
-CACHE_WAIT_S = 30.0         # how long `flush` waits for the last ones
 
 
 class Writer:
@@ -118,9 +114,7 @@ class Writer:
         self._committing = False
         self._committer: threading.Thread | None = None
         self._error: StoreError | None = None    # what stopped the committer: raised to the run
-        self._cache: tuple[str, float, int] | None = None    # (path, max_mb, dim) of the vector cache fed
-        self._cache_rows: list[tuple[list[bytes], np.ndarray]] = []     # gathered, not yet sent; their count:
-        self._cache_count, self._cache_tasks = 0, []                    # and the tasks sent, unanswered
+        self._after: After | None = None     # the vector cache's put, once `cache_into` (NOTE: cache)
         self._accepted: list[Finished] = []                             # accepted, not yet told of (notify)
 
     @property
@@ -129,9 +123,10 @@ class Writer:
         return self._batches.total + self._commits.total
 
     def add(self, file: Finished, start: int, texts: Rows, vectors: np.ndarray, last: bool,
-            notify: bool = True) -> None:
-        """Queue rows for chunks [start, start+len) of `file`; `last` marks the file's final part. The files
-        accepted are told of (on_accepted) now, or with the next `notify()` (a group's files, at once)."""
+            notify: bool = True, keys: bytes = b"") -> None:
+        """Queue rows for chunks [start, start+len) of `file`; `last` marks the file's final part; `keys`: the
+        rows' cache keys (NOTE: cache), or b"". The files accepted are told of (on_accepted) now, or with the
+        next `notify()` (a group's files, at once)."""
         with self._lock:
             self._raise_error()
             ref = file.ref
@@ -139,7 +134,7 @@ class Writer:
                 if not self._collection_ready:
                     self.store.ensure_collection(self.model, int(vectors.shape[1]), self.backend)
                     self._collection_ready = True
-                self._queue(Segment(ref.source, ref.fmt, ref.file_hash, start, texts, vectors))
+                self._queue(Segment(ref.source, ref.fmt, ref.file_hash, start, texts, vectors, keys))
             self._take_answers(self.processes * MAX_IN_FLIGHT)
             if last:
                 self.ledger.files.append(evolve(file, pages=()))      # its text is in batches now
@@ -152,14 +147,9 @@ class Writer:
                 self._wait_committer(lambda: len(self._sealed) < MAX_SEALED_FILES)     # memory stays flat
                 self._seal()
 
-    def cache(self, cache: VectorCache, keys: list[bytes], vectors: np.ndarray) -> None:
-        """Rows for the vector cache, written by a writer process (NOTE: cache)."""
-        with self._lock:
-            self._cache = (str(cache.path), cache.max_mb, cache.dim)
-            self._cache_rows.append((keys, vectors))
-            self._cache_count += len(keys)
-            if self._cache_count >= CACHE_ROWS:
-                self._send_cache()
+    def cache_into(self, cache: VectorCache) -> None:
+        """The rows given keys go into `cache` once stored, put there by the writer processes (NOTE: cache)."""
+        self._after = (put_written, (str(cache.path), cache.max_mb, cache.dim))
 
     def fail(self, file: Finished, error: str) -> None:
         """`file` fails while being written (its chunks could not be encoded): drop its rows."""
@@ -194,11 +184,6 @@ class Writer:
             if self.ledger.files:
                 self._seal()
             self._wait_committer(lambda: not (self._sealed or self._committing))
-            self._send_cache()
-            deadline = time.monotonic() + CACHE_WAIT_S      # the last cache rows, unless the run stops first
-            while self._cache_tasks and not self._closed and time.monotonic() < deadline:
-                self._cache_tasks = list(wait(self._cache_tasks, timeout=0.5).not_done)
-            self._cache_tasks = []
             self._stop_pool()
 
     def close(self) -> None:
@@ -246,24 +231,12 @@ class Writer:
                                     else InlineWriter(self.store))
         return self._pool
 
-    def _send_cache(self) -> None:
-        """Send the gathered cache rows to a writer process, or leave them out (NOTE: cache)."""
-        rows, self._cache_rows, self._cache_count = self._cache_rows, [], 0
-        if not rows:
-            return
-        self._cache_tasks = [f for f in self._cache_tasks if not f.done()]
-        if self._closed or len(self._cache_tasks) >= MAX_CACHE_TASKS:
-            return
-        data = b"".join(np.ascontiguousarray(v, dtype=np.float32).data for _, v in rows)     # one copy, not two
-        keys = b"".join(chain.from_iterable(k for k, _ in rows))      # one bytes, not a pickled bytes a key
-        self._cache_tasks.append(self._writers().run(put_rows, (*self._cache, keys, data)))
-
     def _submit(self, batch: Batch, group: int) -> None:
         if self._closed:
             raise StoreError(f"the run stopped before {batch.rows} rows were written to {self.store.uri}")
         pool = self._writers()
         self._batches.start()
-        future = pool.submit(batch)
+        future = pool.submit(batch, self._after)
         future.add_done_callback(lambda _: self._batches.end())
         self._in_flight.append((batch, future, group))
 

@@ -104,6 +104,17 @@ def test_encode_groups_streams_blocking_input_with_empty_groups(pool, model):
     assert_same(c, model.encode(sentences(9, seed=3)))
 
 
+def test_batches_cross_in_the_shared_area_or_without_one_in_the_pipes(pool, model, monkeypatch):
+    from ingest.workers.encode._area import Area
+
+    texts = sentences(10, seed=5)
+    assert all(w.area is not None and w.area.slots == 2 for w in pool._engine._coordinator.workers)
+    monkeypatch.setattr(Area, "create", classmethod(lambda cls, name: None))     # a system without memfd
+    with EncodePool(devices=["cpu"], batch_size=4) as bare:
+        assert_same(bare.encode(texts), model.encode(texts))
+        assert [w.area for w in bare._engine._coordinator.workers] == [None]
+
+
 def test_sigkilled_worker_is_replaced_and_results_stay_right(pool, model):
     texts = sentences(24, DELAY, seed=4)
     restarts = pool.stats["worker_restarts"]

@@ -116,6 +116,29 @@ def test_pickled_by_columns_the_values_come_back_equal() -> None:
     assert tuple(empty.chunks) == () and empty.vectors.shape == (0, 4)
 
 
+def test_a_batchs_cache_keys_travel_with_its_rows_and_the_writer_caches_only_keyed_rows(tmp_path: Path) -> None:
+    from ingest.store.factory import open_store
+    from ingest.store.writers import NO_KEY, Ack, upsert
+    from ingest.vector_cache import VectorCache, put_written
+
+    rows = tuple(Row(None, f"text {i}", "", "", "text", "", "") for i in range(3))
+    keys = [bytes([i + 1]) * 16 for i in range(3)]
+    keyed = Segment("a.txt", "txt", "h", 0, Rows.of(rows), np.arange(12, dtype=np.float32).reshape(3, 4),
+                    keys[0] + NO_KEY + keys[2])                 # the middle row is not to be cached
+    bare = Segment("b.txt", "txt", "h", 0, Rows.of(rows[:2]), np.ones((2, 4), np.float32))
+    head, tail = keyed.cut(1)
+    assert (head.keys, tail.keys) == (keys[0], NO_KEY + keys[2])
+    batch = pickle.loads(pickle.dumps(Batch((keyed, bare))))
+    assert batch.keys() == keys[0] + NO_KEY + keys[2] + NO_KEY * 2 and Batch((bare,)).keys() == b""
+    target = (str(tmp_path / "cache.sqlite"), 10.0, 4)
+    store = open_store("null://", "documents")
+    assert upsert(store, batch, (put_written, target)) == Ack(5)
+    cache = VectorCache(tmp_path / "cache.sqlite", 10.0, 4)
+    got = cache.get([*keys, NO_KEY])
+    assert sorted(got) == [keys[0], keys[2]] and got[keys[2]].tolist() == [8.0, 9.0, 10.0, 11.0]
+    cache.close()
+
+
 def test_rows_as_columns_index_slice_join_and_pickle_as_rows_do() -> None:
     a = [Row(p, f"text {p}", "T", "H", "text", "", "ctx") for p in (None, 1, 2)]
     b = [Row(7, "seven", "U", "", "table", "1,2,3,4", "c2")]

@@ -25,6 +25,7 @@ from ingest.store.factory import store_at
 from ingest.workers.pool import Pools
 
 POOL = "writer"
+After = tuple[Callable[[Any, bytes, np.ndarray], Any], Any]     # upsert's work after the write: (fn, arg)
 
 
 def chunk_id(source: str, file_hash: str, index: int, text: str) -> str:
@@ -33,15 +34,20 @@ def chunk_id(source: str, file_hash: str, index: int, text: str) -> str:
     return hashlib.blake2b(f"{source}\x00{file_hash}\x00{index}\x00{text}".encode(), digest_size=16).hexdigest()
 
 
+NO_KEY = bytes(16)          # a row without a key (Segment.keys)
+
+
 @dataclass(frozen=True, eq=False)
 class Segment:
-    """Chunks [start, start + len(chunks)) of one file, with their vectors (float32, one row each)."""
+    """Chunks [start, start + len(chunks)) of one file, with their vectors (float32, one row each) and, when a
+    step gave them keys for its work after the write (`write_then`), 16 bytes a row (NO_KEY: none)."""
     source: str
     fmt: str
     file_hash: str
     start: int
     chunks: Rows
     vectors: np.ndarray
+    keys: bytes = b""
 
     def __reduce__(self) -> tuple:
         """Pickled by its rows' columns (their repeated strings once each), and the vectors as bytes (an
@@ -49,32 +55,36 @@ class Segment:
         process."""
         v = self.vectors
         return _segment, (self.source, self.fmt, self.file_hash, self.start, self.chunks.columns,
-                          (v.tobytes(), v.shape, v.dtype.str))
+                          (v.tobytes(), v.shape, v.dtype.str), self.keys)
 
     def cut(self, n: int) -> tuple[Segment, Segment]:
         """The first n chunks, and the rest."""
-        head = Segment(self.source, self.fmt, self.file_hash, self.start, self.chunks[:n], self.vectors[:n])
-        tail = Segment(self.source, self.fmt, self.file_hash, self.start + n, self.chunks[n:], self.vectors[n:])
+        k = self.keys
+        head = Segment(self.source, self.fmt, self.file_hash, self.start, self.chunks[:n], self.vectors[:n],
+                       k[:16 * n])
+        tail = Segment(self.source, self.fmt, self.file_hash, self.start + n, self.chunks[n:], self.vectors[n:],
+                       k[16 * n:])
         return head, tail
 
 
 def _batch(heads: tuple[tuple[str, str, str, int, int], ...], columns: tuple[list, ...], vectors: bytes, dtype: str,
-           tail: tuple[int, ...]) -> Batch:
-    """A Batch from its pickled columns and vectors (Batch.__reduce__)."""
+           tail: tuple[int, ...], keys: bytes = b"") -> Batch:
+    """A Batch from its pickled columns, vectors and keys (Batch.__reduce__)."""
     rows, array = Rows(columns), np.frombuffer(vectors, dtype=dtype).reshape(-1, *tail)
     segments, at = [], 0
     for source, fmt, file_hash, start, n in heads:
-        segments.append(Segment(source, fmt, file_hash, start, rows[at:at + n], array[at:at + n]))
+        segments.append(Segment(source, fmt, file_hash, start, rows[at:at + n], array[at:at + n],
+                                keys[16 * at:16 * (at + n)]))
         at += n
     return Batch(tuple(segments))
 
 
 def _segment(source: str, fmt: str, file_hash: str, start: int, columns: tuple[tuple, ...],
-             vectors: tuple[bytes, tuple[int, ...], str]) -> Segment:
+             vectors: tuple[bytes, tuple[int, ...], str], keys: bytes = b"") -> Segment:
     """A Segment from its pickled columns and vectors (Segment.__reduce__)."""
     data, shape, dtype = vectors
     return Segment(source, fmt, file_hash, start, Rows(columns),
-                   np.frombuffer(data, dtype=dtype).reshape(shape))
+                   np.frombuffer(data, dtype=dtype).reshape(shape), keys)
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,11 +103,18 @@ class Batch:
         heads = tuple((s.source, s.fmt, s.file_hash, s.start, len(s.chunks)) for s in segs)
         columns = tuple(list(chain.from_iterable(s.chunks.columns[k] for s in segs)) for k in range(len(Row._fields)))
         vectors = b"".join(np.ascontiguousarray(s.vectors).data for s in segs)
-        return _batch, (heads, columns, vectors, dtype, tail)
+        return _batch, (heads, columns, vectors, dtype, tail, self.keys())
 
     @property
     def rows(self) -> int:
         return sum(len(s.chunks) for s in self.segments)
+
+    def keys(self) -> bytes:
+        """Its rows' keys, 16 bytes a row (NO_KEY for a segment's rows without); b"" where none has a key."""
+        segs = self.segments
+        if not any(s.keys for s in segs):
+            return b""
+        return b"".join(s.keys or NO_KEY * len(s.chunks) for s in segs)
 
     @property
     def sources(self) -> set[str]:
@@ -190,22 +207,27 @@ def _init(endpoint: Endpoint) -> None:
     _endpoint = endpoint
 
 
-def write(batch: Batch) -> Ack | Refused | Unreachable:
-    """In a writer process: upsert the batch's rows."""
+def write(task: tuple[Batch, After | None]) -> Ack | Refused | Unreachable:
+    """In a writer process: upsert the batch's rows, then its `after` work on them (`upsert`)."""
     global _store
     if _store is None:
         _store = store_at(_endpoint)
-    return upsert(_store, batch)
+    return upsert(_store, *task)
 
 
-def upsert(store: StoreBase, batch: Batch) -> Ack | Refused | Unreachable:
-    """Upsert the batch's rows: the store's answer as a value."""
+def upsert(store: StoreBase, batch: Batch, after: After | None = None) -> Ack | Refused | Unreachable:
+    """Upsert the batch's rows: the store's answer as a value. Once stored, `after` = (fn, arg): fn(arg, the
+    rows' keys, their vectors) where a row has a key (a step's side work on the rows written, such as the
+    vector cache; it must not raise, and its answer is not waited for beyond this call)."""
     try:
         store.upsert_columns(batch.columns())
     except StoreRejected as exc:
         return Refused(str(exc))
     except StoreError as exc:
         return Unreachable(str(exc))
+    if after is not None and (keys := batch.keys()):
+        segs = batch.segments
+        after[0](after[1], keys, np.concatenate([s.vectors for s in segs]) if len(segs) > 1 else segs[0].vectors)
     return Ack(batch.rows)
 
 
@@ -230,14 +252,10 @@ class WriterPool:
         self._pools = Pools({POOL: processes}, {POOL: task_timeout(endpoint.timeout_s)}, _init, (endpoint,),
                             shielded=True)
 
-    def submit(self, batch: Batch) -> Future:
-        """A Future of Ack, Refused, Unreachable, or a Failure (timeout; the process died twice)."""
-        return self._pools.submit(POOL, write, batch)
-
-    def run(self, fn: Callable[[Any], Any], arg: Any) -> Future:
-        """fn(arg) in a writer process: a step's side work on rows it writes (the vector cache), off the
-        supervisor. A Future of its result or a Failure."""
-        return self._pools.submit(POOL, fn, arg)
+    def submit(self, batch: Batch, after: After | None = None) -> Future:
+        """A Future of Ack, Refused, Unreachable, or a Failure (timeout; the process died twice); `after`:
+        `upsert`'s."""
+        return self._pools.submit(POOL, write, (batch, after))
 
     def stop(self) -> None:
         self._pools.stop()
@@ -252,13 +270,9 @@ class InlineWriter:
         self._store = store
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="ingest-write")
 
-    def submit(self, batch: Batch) -> Future:
+    def submit(self, batch: Batch, after: After | None = None) -> Future:
         """A Future of Ack, Refused or Unreachable."""
-        return self._thread.submit(upsert, self._store, batch)
-
-    def run(self, fn: Callable[[Any], Any], arg: Any) -> Future:
-        """fn(arg) on the writer's thread (WriterPool.run)."""
-        return self._thread.submit(fn, arg)
+        return self._thread.submit(upsert, self._store, batch, after)
 
     def stop(self) -> None:
         self._thread.shutdown(wait=True, cancel_futures=True)

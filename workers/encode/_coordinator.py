@@ -17,8 +17,9 @@ import numpy as np
 
 from ..failure import Failure
 from ..limits import usable_cores
+from ._area import IN_FLIGHT
 from ._batches import Batch, Window, describe
-from ._messages import (BatchPlan, DevicesFound, EncodeError, EncodeTask, TaskDone, TaskFailed, TaskStarted,
+from ._messages import (BatchPlan, DevicesFound, EncodeError, TaskDone, TaskFailed, TaskStarted,
                         WorkerReady, WorkerSpec)
 from ._pipes import Poller, WakePipe
 from ._process import EncodeProcess
@@ -28,7 +29,6 @@ from ._tokenize import TokenizerPool, load_tokenizer
 from ._worker import fault_hook_active
 
 START_TIMEOUT_S = 600.0          # loading a model may take minutes on a cold disk
-IN_FLIGHT = {"cpu": 2, "cuda": 6}     # batches a worker holds (launched + queued)
 
 
 class Coordinator:
@@ -151,9 +151,11 @@ class Coordinator:
             w.last_progress = now
         elif isinstance(msg, TaskDone):
             batch = self._finish_task(w, msg.batch_id, now)
-            if batch is not None:
-                self._store(batch, msg)
+            embeddings = w.answered(msg.batch_id, msg.embeddings, len(batch) if batch is not None else 0)
+            if batch is not None:       # copied into its window now, before its slot is given again
+                self._store(batch, embeddings, msg.seconds)
         elif isinstance(msg, TaskFailed):
+            w.answered(msg.batch_id, None, 0)
             batch = self._finish_task(w, msg.batch_id, now)
             if batch is not None:
                 self._failed(batch, msg.failure, crashed=False)
@@ -177,7 +179,8 @@ class Coordinator:
         self._devices_known = True
 
     def _on_ready(self, w: EncodeProcess, msg: WorkerReady, now: float) -> None:
-        w.ready, w.startup_seconds, w.last_progress = msg, now - w.launched, now
+        w.on_ready(msg)
+        w.startup_seconds, w.last_progress = now - w.launched, now
         self._start_failures.pop(w.slot, None)
         if self.plan is None:                  # the first worker: its device sizes the batches
             self.dim = msg.dim
@@ -193,11 +196,11 @@ class Coordinator:
         if self._devices_known and all(x.ready for x in self.workers):
             self.all_ready.set()
 
-    def _store(self, batch: Batch, msg: TaskDone) -> None:
+    def _store(self, batch: Batch, embeddings: np.ndarray, seconds: float) -> None:
         self._stats["chunks"] += len(batch)
         self._stats["batches"] += 1
-        self._stats["encode_s"] += msg.seconds
-        batch.window.store(batch, msg.embeddings)
+        self._stats["encode_s"] += seconds
+        batch.window.store(batch, embeddings)
 
     def _lost(self, w: EncodeProcess, reason: str) -> None:
         """Kill and replace a dead or hung worker; requeue what it held, blame what it ran."""
@@ -340,7 +343,7 @@ class Coordinator:
                 continue
             texts = tuple(batch.window.texts[p] for p in batch.positions) if self._with_texts else None
             self._shapes.add(batch.ids.shape)
-            w.submit(batch, EncodeTask(batch.id, batch.ids, batch.lengths, texts))
+            w.submit(batch, texts)
 
     def _sleep(self) -> None:
         now = time.monotonic()

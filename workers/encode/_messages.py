@@ -87,9 +87,11 @@ class TokenizedWindow:
 @dataclass(frozen=True, eq=False)
 class EncodeTask:
     batch_id: int
-    ids: np.ndarray
+    ids: np.ndarray | None          # None: in the worker's shared area, slot `slot`, `width` ids a row (_area NOTE)
     lengths: np.ndarray
     texts: tuple[str, ...] | None   # only while the INGEST_FAULT test hook is set
+    slot: int = -1                  # the batch's slot of the shared area (its vectors come back there too)
+    width: int = 0
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,9 @@ class WorkerReady:
     device: str
     dim: int
     max_seq_length: int
+    slots: int = 0              # the shared area's size (_area NOTE); 0: it has none
+    ids_cap: int = 0
+    rows_cap: int = 0
 
 
 @dataclass(frozen=True)
@@ -114,7 +119,7 @@ class TaskStarted:
 @dataclass(frozen=True, eq=False)
 class TaskDone:
     batch_id: int
-    embeddings: np.ndarray      # float32 (rows, dim), rows in the task's order
+    embeddings: np.ndarray | None   # float32 (rows, dim), rows in the task's order; None: in the task's slot
     seconds: float              # busy time: from the later of its launch and the previous batch's end
 
 

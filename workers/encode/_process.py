@@ -4,7 +4,8 @@ the plan of which workers to start.
 Tasks go through a sender thread, so the coordinator never blocks on a full pipe while the
 worker computes. The parent closes its copies of the child's pipe ends, so a dead worker
 reads as EOF and a send to it fails with EPIPE instead of blocking; results are read without
-blocking (_pipes.MessageReader). Workers start SHIELDED: a group-wide SIGINT or SIGTERM leaves
+blocking (_pipes.MessageReader). A batch's ids and vectors go through the worker's shared area when it
+has one (_area NOTE). Workers start SHIELDED: a group-wide SIGINT or SIGTERM leaves
 them to the parent (workers/spawn.py). Only the coordinator thread touches `in_flight`,
 `running`, `ready` and `last_progress`.
 """
@@ -15,9 +16,12 @@ import threading
 import time
 from typing import Any, Iterable
 
+import numpy as np
+
 from ..limits import usable_cores
 from ..spawn import SHIELDED
 from . import _worker
+from ._area import Area
 from ._messages import EncodeTask, WorkerReady, WorkerSpec
 from ._pipes import MessageReader
 
@@ -50,11 +54,14 @@ class EncodeProcess:
         self.spec = spec
         task_reader, self._task_writer = SHIELDED.Pipe(duplex=False)
         results, result_writer = SHIELDED.Pipe(duplex=False)
-        self.process = SHIELDED.Process(target=_worker.main, args=(spec, task_reader, result_writer),
+        self.area = Area.create(f"ingest-encode-{slot}")       # mapped at WorkerReady (_area NOTE)
+        self.process = SHIELDED.Process(target=_worker.main, args=(spec, task_reader, result_writer, self.area),
                                         name=f"ingest-encode-{slot}", daemon=True)
         self.process.start()
         task_reader.close()
         result_writer.close()
+        self._free: list[int] = []              # the area's slots no batch holds
+        self._slot_of: dict[int, int] = {}      # batch id -> its slot
         self.results = MessageReader(results)
         self.launched = time.monotonic()
         self.ready: WorkerReady | None = None
@@ -69,11 +76,34 @@ class EncodeProcess:
     def where(self) -> str:
         return f"encode worker {self.ready.device if self.ready else self.spec.device}"
 
-    def submit(self, batch: Any, task: EncodeTask) -> None:
+    def on_ready(self, msg: WorkerReady) -> None:
+        """The worker is up: map the shared area it sized (none: every batch through the pipes)."""
+        self.ready = msg
+        if self.area is not None:
+            self.area.map(msg.slots, msg.ids_cap, msg.rows_cap, msg.dim)
+            self._free = list(range(self.area.slots))[::-1]
+
+    def submit(self, batch: Any, texts: tuple[str, ...] | None) -> None:
+        """Send a batch: its ids through a free slot of the shared area if it fits one, else the pipe."""
         if not self.in_flight:
             self.last_progress = time.monotonic()
         self.in_flight[batch.id] = batch
-        self._outgoing.put(task)
+        ids = batch.ids
+        if self._free and self.area.fits(ids):
+            slot = self._slot_of[batch.id] = self._free.pop()
+            self.area.put_ids(slot, ids)
+            self._outgoing.put(EncodeTask(batch.id, None, batch.lengths, texts, slot, ids.shape[1]))
+        else:
+            self._outgoing.put(EncodeTask(batch.id, ids, batch.lengths, texts))
+
+    def answered(self, batch_id: int, embeddings: np.ndarray | None, rows: int) -> np.ndarray | None:
+        """A batch's TaskDone or TaskFailed is here: its slot is free again. Its vectors (`rows` of them) are
+        `embeddings`, or, when None, in its slot: read them before the next submit."""
+        slot = self._slot_of.pop(batch_id, -1)
+        if slot < 0:
+            return embeddings
+        self._free.append(slot)
+        return self.area.vectors(slot, rows) if embeddings is None else embeddings
 
     def _send_loop(self) -> None:
         try:
@@ -111,3 +141,5 @@ class EncodeProcess:
     def _close_pipes(self) -> None:
         self._outgoing.put(None)                # the sender thread exits (EPIPE) and closes its end
         self.results.close()
+        if self.area is not None:
+            self.area.close()

@@ -23,12 +23,14 @@ import sys
 import time
 import traceback
 from collections import deque
+from dataclasses import replace
 from multiprocessing.connection import Connection
 
 import numpy as np
 
 from ..failure import Failure
 from ..spawn import watch_parent
+from ._area import IN_FLIGHT, Area
 from ._messages import (DevicesFound, EncodeTask, TaskDone, TaskFailed, TaskStarted, WorkerReady,
                         WorkerSpec)
 from ._shapes import make_plan, plan_shapes
@@ -210,8 +212,9 @@ def _keep_freed_memory() -> None:
         pass
 
 
-def main(spec: WorkerSpec, inbox: Connection, outbox: Connection) -> None:
-    """Process target: start up, report WorkerReady (or a Failure), then serve batches."""
+def main(spec: WorkerSpec, inbox: Connection, outbox: Connection, area: Area | None = None) -> None:
+    """Process target: start up, report WorkerReady (or a Failure), then serve batches (their ids and
+    vectors through `area` when the parent gave one: _area NOTE)."""
     watch_parent("encode")
     _keep_freed_memory()            # stop signals: the parent decides (started SHIELDED, workers/spawn.py)
     where = f"encode worker {spec.device}"
@@ -222,13 +225,14 @@ def main(spec: WorkerSpec, inbox: Connection, outbox: Connection) -> None:
                   else NullRunner(spec) if spec.backend in ("null", "stub") else OnnxRunner(spec))
         for task in warm_up_tasks(spec, device, runner.max_seq_length):
             runner.collect(runner.launch(task))  # first-call costs count as start-up
+        sizes = _size_area(area, spec, device, runner)
     except BaseException as exc:
         outbox.send(Failure(where, f"failed to start: {type(exc).__name__}: {exc}", pid=os.getpid(),
                             traceback=traceback.format_exc()))
         return
-    outbox.send(WorkerReady(os.getpid(), device, runner.dim, runner.max_seq_length))
+    outbox.send(WorkerReady(os.getpid(), device, runner.dim, runner.max_seq_length, *sizes))
     try:
-        _serve(runner, inbox, outbox, FaultHook(os.environ.get(FAULT_ENV)), where)
+        _serve(runner, inbox, outbox, FaultHook(os.environ.get(FAULT_ENV)), where, area)
     except BrokenPipeError:                              # the parent is gone
         pass
     sys.stdout.flush()
@@ -248,6 +252,18 @@ def warm_up_tasks(spec: WorkerSpec, device: str, max_seq_length: int) -> list[En
             lengths[-1] = last
             tasks.append(EncodeTask(-1, np.zeros((rows, width), np.int32), lengths, None))
     return tasks or [EncodeTask(-1, ids=np.zeros((1, 2), np.int32), lengths=np.array([2], np.int32), texts=None)]
+
+
+def _size_area(area: Area | None, spec: WorkerSpec, device: str, runner) -> tuple[int, int, int]:
+    """The shared area sized for this worker's batch plan: (slots, ids a slot, rows a slot); zeros without one."""
+    if area is None:
+        return 0, 0, 0
+    plan = make_plan(device, runner.max_seq_length, spec.batch_size, spec.max_batch_tokens, spec.compile,
+                     spec.batch_shapes)
+    sizes = (IN_FLIGHT["cuda" if device.startswith("cuda") else "cpu"], max(plan.max_tokens, plan.max_length),
+             plan.batch_size)
+    area.size(*sizes, runner.dim)
+    return sizes
 
 
 def _resolve_device(spec: WorkerSpec, outbox: Connection) -> str:
@@ -276,7 +292,7 @@ def _receive(inbox: Connection, block: bool) -> EncodeTask | None | bool:
 
 
 def _serve(runner: _Runner | OnnxRunner | NullRunner, inbox: Connection, outbox: Connection, faults: FaultHook,
-           where: str) -> None:
+           where: str, area: Area | None = None) -> None:
     """Launch up to runner.depth batches, then report the oldest when its embeddings are back.
     A batch's seconds are busy time: from the later of its launch and the previous batch's end
     (on CUDA the next batch is launched while the current one computes)."""
@@ -299,6 +315,8 @@ def _serve(runner: _Runner | OnnxRunner | NullRunner, inbox: Connection, outbox:
                 break
             outbox.send(TaskStarted(task.batch_id))   # before anything that could fail or hang
             started = time.perf_counter()
+            if task.ids is None:                       # in the shared area (_area NOTE)
+                task = replace(task, ids=area.ids(task.slot, len(task.lengths), task.width))
             try:
                 faults.fire(task.texts, outbox)
                 launched.append((task, runner.launch(task), started))
@@ -314,6 +332,9 @@ def _serve(runner: _Runner | OnnxRunner | NullRunner, inbox: Connection, outbox:
         except Exception as exc:
             fail(task, exc)
             continue
+        if task.slot >= 0:
+            area.vectors(task.slot, len(embeddings))[...] = embeddings
+            embeddings = None
         now = time.perf_counter()
         outbox.send(TaskDone(task.batch_id, embeddings, now - max(started, last_done)))
         last_done = now

@@ -23,9 +23,11 @@ NOTE (protocol and faults)
   Channels, per encode worker: parent -> worker is a Pipe fed by a parent-side sender
   thread (EncodeTask, or None to stop), so the coordinator never blocks on a full pipe;
   worker -> parent is a second Pipe (DevicesFound, WorkerReady, TaskStarted, TaskDone,
-  TaskFailed, or a Failure when start-up fails). The parent holds no copy of the child's
-  ends, so a dead worker reads as EOF/EPIPE, and the coordinator also waits on each
-  worker's sentinel: no blocking call anywhere waits without a timeout or a liveness check.
+  TaskFailed, or a Failure when start-up fails); a batch's ids and vectors cross in the
+  worker's shared area, a slot a batch, and only their messages in the pipes (_area NOTE).
+  The parent holds no copy of the child's ends, so a dead worker reads as EOF/EPIPE, and
+  the coordinator also waits on each worker's sentinel: no blocking call anywhere waits
+  without a timeout or a liveness check.
   Time limits: a worker must send WorkerReady within START_TIMEOUT_S. A batch's timeout_s
   counts from the worker's TaskStarted (sent right before the batch is launched), not from
   when it was queued: a busy worker must send some message (TaskStarted, TaskDone,

@@ -54,6 +54,16 @@ class Ledger:
         self.touched.difference_update(f.ref.source for f in done)
         return done
 
+    def abandon(self) -> None:
+        """The run stops before recording them (ingest.write NOTE: stops): the rows sent of files it will not
+        record go, each file keeping its entry's version (a new file: none). The manifest read once, one
+        commit. A staged store never shows rows it was not asked to publish: nothing to do."""
+        if not self.touched or self.store.caps.staged:
+            return
+        known = self.manifest.all()
+        self.store.commit(self.manifest, {s: known[s].file_hash if s in known else "" for s in self.touched}, [], [])
+        self.touched.clear()
+
     def check_room(self) -> None:
         """Raise the DiskFull a commit was done despite (ingest.store.manifest NOTE: reserve): after the files of
         that commit are reported written, before any other commit."""

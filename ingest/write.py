@@ -52,6 +52,13 @@ open: the writer's thread). So a vector crosses to a writer process once, with i
 time for the cache. The cache is never needed: a put that fails is forgotten, and rows of a file that
 fails, or of a run stopped before its batches were sent, are not cached.
 
+NOTE (stops): a run stopped by a full disk or a failed encode (`close(abandon=True)`) removes, after the
+committer and the writer processes stopped, the rows it sent of files it will not record (`Ledger.abandon`:
+each keeps its entry's version, a new file none), in one commit, as a failed file's are. Best effort: a
+store that cannot take it (the disk still full) keeps them, as a SIGKILLed run would, for the next run to
+settle (a new file redone by the same ids, a changed one's stale versions deleted). A stop by an unreachable
+store does not wait on it again; a signal's stop commits or fails every file it sent (NOTE: failures).
+
 NOTE (fencing): `Ledger.commit` asks the manifest to fence (a server collection: re-read the lease
 now) before it deletes a row or writes an entry; a lost lease raises LeaseLost (a StoreError)
 and the run stops with nothing deleted or recorded.
@@ -186,16 +193,22 @@ class Writer:
             self._wait_committer(lambda: not (self._sealed or self._committing))
             self._stop_pool()
 
-    def close(self) -> None:
-        """Stop the writer processes and the committer for good (the run ends or stops). Needs no lock:
-        another thread may be waiting on them, and gets StoreError instead of a resubmit. A commit under
-        way may end first (each of its calls within the store's timeout)."""
+    def close(self, abandon: bool = False) -> None:
+        """Stop the writer processes and the committer for good (the run ends or stops); `abandon`: then remove
+        the rows of files not recorded (NOTE: stops). Needs no lock: another thread may be waiting on them, and
+        gets StoreError instead of a resubmit. A commit under way may end first (each of its calls within the
+        store's timeout)."""
         self._closed = True
         with self._changed:
             self._changed.notify_all()
         self._stop_pool()
         if self._committer is not None and self._committer is not threading.current_thread():
             self._committer.join(timeout=2 * self.store.timeout_s + 5)
+        if abandon and not (self._committer is not None and self._committer.is_alive()):
+            try:
+                self.ledger.abandon()
+            except (StoreError, OSError):
+                pass                                # kept for the next run to settle (NOTE: stops)
 
     def first_row_s(self, started: float) -> float | None:
         """Seconds from `started` (perf_counter) until the store first acknowledged rows (None: no rows)."""

@@ -88,6 +88,55 @@ def test_add_goes_on_while_a_commit_waits_for_a_stopped_store(tmp_path: Path,
         store.close()
 
 
+def test_a_run_stopped_by_a_full_disk_removes_the_rows_of_files_it_will_not_record(tmp_path: Path) -> None:
+    """write NOTE (stops): rows sent of files not recorded when the run stops go (a changed file keeps its entry's
+    version, a new file none); without `abandon` (a signal's stop settles every file; an unreachable store) they stay."""
+    uri = str(tmp_path / "store.db")
+    store = Store(uri, "documents", timeout_s=60)
+    store.lock()
+    store.serve()
+    manifest = SqliteManifest(manifest_path(uri, "documents"))
+    rng = np.random.default_rng(0)
+
+    def writer() -> write.Writer:
+        return write.Writer(store, manifest, "test-model", "settings", BATCH, lambda files: None,
+                            lambda files: None, "null")
+
+    def add(w: write.Writer, i: int, version: str, last: bool) -> None:
+        ref = FileRef(i, f"f{i:03d}.txt", f"/nowhere/f{i:03d}.txt", 10, 1, "txt", version)
+        w.add(Finished(ref, Outcome("ingested", chunks=2), record=True), 0,
+              Rows.of([Row(None, f"{version} text {i} {k}", "", "", "text", "", "") for k in range(BATCH)]),
+              rng.random((BATCH, 8), dtype=np.float32), last=last)
+
+    def versions() -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for r in store.rows(["source", "file_hash"]):
+            out.setdefault(r["source"], set()).add(r["file_hash"])
+        return out
+
+    try:
+        first = writer()
+        add(first, 0, "old0", True)
+        first.flush()
+        first.close()
+        for abandon in (False, True):
+            w = writer()
+            add(w, 0, f"new0-{abandon}", False)         # a changed file and a new one, each a batch sent,
+            add(w, 1, f"new1-{abandon}", False)         # neither file's last part: never recorded
+            with w._lock:
+                w._take_answers(0)                      # both batches acknowledged: the rows are in the store
+            assert w.rows_written == 2 * BATCH
+            w.close(abandon=abandon)
+            if abandon:
+                assert versions() == {"f000.txt": {"old0"}}
+            else:
+                assert versions() == {"f000.txt": {"old0", "new0-False"}, "f001.txt": {"new1-False"}}
+        assert {s: e.file_hash for s, e in manifest.all().items()} == {"f000.txt": "old0"}
+    finally:
+        manifest.close()
+        store.close()
+
+
 @pytest.mark.slow
 def test_the_report_says_when_the_first_row_was_stored(work: Path) -> None:
     for i in range(3):

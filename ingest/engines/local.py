@@ -47,6 +47,7 @@ from ingest.load_batch import Batches, batchable
 from ingest.loaders import pool_for
 from ingest.sniff import Misnamed, content_format, unchanged
 from ingest.store import StoreError
+from ingest.store.errors import DiskFull
 from ingest.timeline import Timeline, slots
 from ingest.workers.failure import Failure
 from ingest.workers.pool import Pools
@@ -102,7 +103,7 @@ class LocalRun(Run):
         if self.stage is not None:
             self.stage.close()
         if self.writer is not None:
-            self.writer.close()
+            self.writer.close(abandon=isinstance(self._fatal, (DiskFull, RunError)))
         if self._fatal is not None:           # the files recorded before the run stopped are written (issue 40)
             while True:
                 try:

@@ -7,8 +7,9 @@ line, a newline and the chunk, as the chunker made them), keyed by the embedding
 equal settings, so their vectors are the same vector.
 
 Where a vector comes from, in order (`Reuse.plan`, one group of a file's chunks at a time):
-1. this run: the vectors of the last MEMO_ROWS distinct keys, and keys an earlier group sent to the
-   encoder and that are still on their way (the group waits for them: groups come back in order);
+1. this run: the vectors of the last MEMO_ROWS / 2 to MEMO_ROWS distinct keys (a key found is the newest
+   again; once full, the older half is let go at once), and keys an earlier group sent to the encoder and
+   that are still on their way (the group waits for them: groups come back in order);
 2. the store: the rows of the changed file's source (any version still there: the last good copy, or
    the rows a crashed run wrote) whose search_text and element equal the chunk's. The same source, title,
    headings, text and element make the same encoder input under the collection's chunking settings, which
@@ -32,9 +33,8 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import islice, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from ingest.store.collection import Collection
 
 READ_SOURCES = 1024          # changed files whose previous rows are read in one store call
-MEMO_ROWS = 32768           # vectors of distinct keys this run keeps for later chunks (~50 MB at dim 384)
+MEMO_ROWS = 32768           # vectors of distinct keys this run keeps for later chunks (<= ~50 MB at dim 384)
 META = "embedding"          # manifest meta: the fingerprint of every vector in the collection ("mixed": not one)
 MIXED = "mixed"
 
@@ -101,7 +101,7 @@ class Reuse:
         self.fp, self.dim, self.store, self.cache = fp, dim, store, cache
         self._secret = hashlib.blake2b(fp.encode(), digest_size=32).digest()
         self._lock = threading.Lock()
-        self._memo: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._memo: dict[bytes, np.ndarray] = {}    # oldest first (NOTE, 1)
         self._inflight: dict[bytes, int] = {}   # key sent to the encoder -> groups waiting for it
         self._held: dict[bytes, list] = {}      # key come back -> [its vector or None, waiters left]
         self._previous: dict[str, dict[tuple[str, str], np.ndarray]] = {}   # source -> its rows in the store
@@ -153,18 +153,21 @@ class Reuse:
         if keys is None:
             keys = chunk_keys(self._secret, tokens.ids, tokens.lengths) if len(tokens) else []
         plan = Plan(part, keys)
-        memo, inflight = self._memo, self._inflight
-        todo: list[int] = []
+        inflight = self._inflight
         with self._lock:
-            for i, k in enumerate(keys):
-                if (v := memo.get(k)) is not None:
-                    memo.move_to_end(k)
-                    plan.found[i] = v
-                elif k in inflight:
-                    plan.waits.append(i)
-                    inflight[k] += 1
-                else:
-                    todo.append(i)
+            memo = self._memo
+            if memo.keys().isdisjoint(keys) and inflight.keys().isdisjoint(keys):
+                todo = list(range(len(keys)))       # none seen before (the common case): set operations in C
+            else:
+                todo = []
+                for i, k in enumerate(keys):
+                    if (v := memo.get(k)) is not None:
+                        plan.found[i] = v
+                    elif k in inflight:
+                        plan.waits.append(i)
+                        inflight[k] += 1
+                    else:
+                        todo.append(i)
         file = part.file
         if todo and self.store is not None and file.old_hash:
             rows = self._rows_of(file.ref.source)
@@ -187,14 +190,18 @@ class Reuse:
                         plan.found[i] = cached[keys[i]]
                 todo = [i for i in todo if i not in plan.found]
         with self._lock:
-            for i in todo:
-                k = keys[i]
-                if k in inflight:                # an equal chunk earlier in this group
-                    plan.waits.append(i)
-                    inflight[k] += 1
-                else:
-                    plan.misses.append(i)
-                    inflight[k] = 0
+            if len(todo) == len(keys) and len(set(keys)) == len(keys) and inflight.keys().isdisjoint(keys):
+                plan.misses = todo                  # every chunk to the encoder, each key once
+                inflight.update(dict.fromkeys(keys, 0))
+            else:
+                for i in todo:
+                    k = keys[i]
+                    if k in inflight:                # an equal chunk earlier in this group
+                        plan.waits.append(i)
+                        inflight[k] += 1
+                    else:
+                        plan.misses.append(i)
+                        inflight[k] = 0
         plan.tokens = _subset(tokens, plan.misses)
         return plan
 
@@ -203,21 +210,24 @@ class Reuse:
         then None). NaN rows (chunks that could not be encoded) are passed on, never kept. Whole arrays a group:
         the per-chunk work is dict operations."""
         keys, misses = plan.keys, plan.misses
-        miss_keys = [keys[i] for i in misses]
+        miss_keys = keys if len(misses) == len(keys) else [keys[i] for i in misses]
         with self._lock:
             inflight, held, memo = self._inflight, self._held, self._memo
-            for k, v in zip(miss_keys, encoded if encoded is not None else [None] * len(miss_keys)):
-                if waiting := inflight.pop(k, 0):
-                    held[k] = [v, waiting]
+            waiting = list(map(inflight.pop, miss_keys, repeat(0)))
+            if any(waiting):                        # equal chunks of later groups wait for these
+                for k, v, w in zip(miss_keys, encoded if encoded is not None else repeat(None), waiting):
+                    if w:
+                        held[k] = [v, w]
             if encoded is not None and misses:
                 finite = np.isfinite(encoded).all(axis=1)
                 memo.update(zip(miss_keys, encoded) if finite.all() else
                             ((k, v) for k, v, ok in zip(miss_keys, encoded, finite.tolist()) if ok))
             waited = {i: self._take(keys[i]) for i in plan.waits}
-            if plan.found:
-                memo.update((keys[i], v) for i, v in plan.found.items())
-            while len(memo) > MEMO_ROWS:
-                memo.popitem(last=False)
+            for i, v in plan.found.items():         # found: the newest again
+                memo.pop(keys[i], None)
+                memo[keys[i]] = v
+            if len(memo) > MEMO_ROWS:               # the older half let go at once, not a key a chunk
+                self._memo = dict(islice(memo.items(), len(memo) - MEMO_ROWS // 2, None))
         if encoded is None:
             return None
         if len(misses) == len(keys) and encoded.dtype == np.float32:

@@ -21,11 +21,14 @@ NOTE (timeout and crash protocol):
 - stop() kills every worker at once (end of run, Ctrl-C); unfinished Futures resolve to
   Failure("cancelled (run interrupted)"). `_stopped` is read and set under the lock that creates
   pools, so no pool starts after stop() (a task scheduled meanwhile is cancelled, never started).
+- Shared slots (workers/arena.py NOTE): a pool's tasks take their argument and give their answer in memory
+  both sides map where they fit; a task that ends without its worker's answer keeps its slot out of use.
 - Stop signals: workers of a `shielded` pool (writers) ignore a group-wide SIGINT/SIGTERM and end
   when the parent stops them; the others (loaders) are killed by a SIGTERM (workers/spawn.py NOTE).
 """
 from __future__ import annotations
 
+import pickle
 import threading
 from concurrent.futures import CancelledError, Future, TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -33,6 +36,7 @@ from typing import Any, Callable, Mapping
 
 from pebble import ProcessExpired, ProcessPool
 
+from .arena import Arena, Placed, attach, in_slot
 from .failure import Failure
 from .spawn import SHIELDED, SPAWN, watch_parent
 
@@ -43,8 +47,9 @@ CANCELLED = "cancelled (run interrupted)"
 MAX_BREAKS = 3          # a pool broken this many times in a row, with no task done between, is not retried
 
 
-def _start_worker(role: str, initializer: Callable[..., None] | None, *initargs: Any) -> None:
+def _start_worker(role: str, arena: Arena | None, initializer: Callable[..., None] | None, *initargs: Any) -> None:
     watch_parent(role)
+    attach(arena)
     if initializer is not None:
         initializer(*initargs)
 
@@ -63,6 +68,7 @@ class Pools:
         self._lock = threading.Lock()          # _schedule runs in the caller's thread and in pebble's
         self._stopped = False
         self._breaks: dict[str, int] = {}      # pools of this name broken since its last task succeeded
+        self._arenas: dict[str, Arena | None] = {}     # each name's shared slots (NOTE), made with its first pool
         self.replaced = 0                      # broken pools replaced so far
 
     def _pool(self, name: str) -> ProcessPool | None:
@@ -71,8 +77,11 @@ class Pools:
             if self._stopped:
                 return None
             if name not in self._pools:
+                if name not in self._arenas:
+                    self._arenas[name] = Arena.create(name, self._sizes[name])
                 self._pools[name] = ProcessPool(max_workers=self._sizes[name], initializer=_start_worker,
-                                                initargs=(name, *self._initargs), context=self._context)
+                                                initargs=(name, self._arenas[name], *self._initargs),
+                                                context=self._context)
             return self._pools[name]
 
     def _replace(self, name: str, broken: ProcessPool) -> None:
@@ -102,15 +111,31 @@ class Pools:
         if pool is None:
             out.set_result(Failure(where, CANCELLED))
             return
+        arena = self._arenas.get(name)
+        slot = arena.take() if arena is not None else None
         try:
-            future = pool.schedule(fn, args=(arg,), timeout=timeout)
+            if slot is None:
+                future = pool.schedule(fn, args=(arg,), timeout=timeout)
+            else:
+                size = arena.dump(slot, arg)
+                future = pool.schedule(in_slot, args=((fn, slot, size, None if size else arg),), timeout=timeout)
         except RuntimeError:                  # broken: an idle worker died, or workers cannot start
+            if slot is not None:
+                arena.give(slot)
             self._broken(name, fn, arg, timeout, out, attempt, breaks, pool)
+            return
+        except Exception as exc:              # the argument cannot be pickled
+            if slot is not None:
+                arena.give(slot)
+            out.set_result(Failure(where, f"{type(exc).__name__}: {exc}"[:300]))
             return
 
         def done(f: Future) -> None:
             try:
                 result = f.result()
+                if isinstance(result, Placed):
+                    result = arena.load(slot, result.nbytes) if result.nbytes else pickle.loads(result.data)
+                    arena.give(slot)        # answered: nobody writes it any more (NOTE: shared slots)
                 self._breaks[name] = 0
                 out.set_result(result)
             except FutureTimeout:
@@ -151,3 +176,6 @@ class Pools:
             pool.stop()
         for pool in pools:
             pool.join(timeout=5)
+        for arena in self._arenas.values():
+            if arena is not None:
+                arena.close()

@@ -279,13 +279,15 @@ def submit_range(pools: Pools, pages: Pages, options: LoaderOptions, spec: Chunk
 
 def after_load(ref: FileRef, result: Loaded | Failure, old_hash: str | None, known_chunks: int) -> Finished | Pages:
     """A file's first load task's result as its next state: Finished (failed, skipped, unchanged: `known_chunks`
-    kept from its manifest entry), or its Pages, waiting for OCR pages and ranges if any."""
+    kept from its manifest entry; a whole file, with no OCR page or range to wait for: its one part, ended), or
+    its Pages, waiting for OCR pages and ranges."""
     if isinstance(result, Failure):
         return Finished(ref, Outcome("skipped" if result.skip else "failed", result.line))
     if result.unchanged:
         outcome = Outcome("unchanged", chunks=known_chunks, times=result.times)
         return Finished(replace(ref, file_hash=result.file_hash), outcome, record=True)
-    return Pages(ref, result, old_hash)
+    pages = Pages(ref, result, old_hash)
+    return pages.ready()[0] if not (result.ranges or result.ocr_pages) else pages
 
 
 class _Part:

@@ -21,7 +21,7 @@ from typing import IO, TYPE_CHECKING, Any, Iterable
 from ingest import html_report
 from ingest.files import Finished, Outcome
 from ingest.outputs import html_path, spool_path, tmp_path
-from ingest.scan import unlisted
+from ingest.scan import CANNOT_LIST
 from ingest.store import local_path
 
 if TYPE_CHECKING:
@@ -115,7 +115,9 @@ class Tally:
         self.digest.add(entry)
         o = file.outcome
         self.unseen.discard(file.ref.source)
-        self.unlisted += unlisted(((file.ref, o),))
+        if o.error and o.error.startswith(CANNOT_LIST):     # a folder the scan could not list (to its end): what
+            #                                   lies under it is unknown, so nothing there is taken for deleted
+            self.unlisted.append(file.ref.source)
         self.files += 1
         self.by_status[o.status] += 1
         self.by_format[file.ref.fmt or "unknown"] += 1

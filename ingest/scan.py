@@ -187,13 +187,6 @@ class Scan:
         return item
 
 
-def unlisted(files: Iterable[tuple[FileRef, Outcome | None]]) -> list[str]:
-    """The folders (sources; "." is the root) the scan could not list, or not to the end: what lies under
-    them is unknown, so nothing recorded there may be taken for deleted."""
-    return [ref.source for ref, problem in files
-            if problem is not None and (problem.error or "").startswith(CANNOT_LIST)]
-
-
 def too_long(source: str, what: str) -> Outcome | None:
     """The failed Outcome of a source too long for the store's field, naming `what` to shorten; else None."""
     size = len(source.encode())

@@ -110,6 +110,7 @@ class Writer:
         self._rows_at_flush = 0
         self._batcher = Batcher(batch_rows)  # rows not yet in a batch
         self._in_flight: list[tuple[Batch, Future, int]] = []     # (batch, its Future, its group)
+        self._resolved = self._taken = 0     # batches answered (their Futures' callbacks), and taken
         self._pool: WriterPool | None = None
         self._closed = False
         self._collection_ready = False
@@ -250,13 +251,20 @@ class Writer:
         pool = self._writers()
         self._batches.start()
         future = pool.submit(batch, self._after)
-        future.add_done_callback(lambda _: self._batches.end())
+        future.add_done_callback(self._resolve)
         self._in_flight.append((batch, future, group))
+
+    def _resolve(self, _: Future) -> None:
+        """A batch's Future resolved (pebble's thread, or the inline writer's)."""
+        self._batches.end()
+        self._resolved += 1
 
     def _take_answers(self, leave: int, up_to: int | None = None) -> None:
         """Take the answers of finished batches, waiting until at most `leave` are unanswered (of the groups
         up to `up_to`, if given). Every Future resolves within `answer_within` of its start: a longer
         silence is an unreachable store."""
+        if up_to is None and self._resolved == self._taken and len(self._in_flight) <= leave:
+            return                               # nothing answered since the last look, nothing to wait for
         patience = answer_within(self.store.timeout_s)
         deadline = time.monotonic() + patience
         while True:
@@ -264,6 +272,7 @@ class Writer:
             for item in self._in_flight:
                 (answered if item[1].done() else waiting).append(item)
             self._in_flight = waiting
+            self._taken += len(answered)
             for batch, future, group in answered:
                 self._answer(batch, future.result(), group)     # may submit a refused batch's files again
             counted = [f for _, f, g in self._in_flight if up_to is None or g <= up_to]

@@ -11,7 +11,8 @@ its answer, and no side ever reads what the other is writing. A task whose worke
 crash, cancellation, a broken pool) never gives its slot back: a worker stopped too late could still write
 there (the pool goes on with fewer slots, then through the pipes). An argument or answer over SLOT_BYTES,
 no free slot, or no memfd: the pipes, as before. Nothing is left behind: the file has no name, and its
-memory goes with the last process that maps it.
+memory goes with the last process that maps it. Memory: what the tasks wrote stays until the pools stop, at
+most the slots' size (SLOTS_PER_WORKER a worker, MAX_SLOTS at most), in practice a few answers' worth a slot.
 """
 from __future__ import annotations
 

@@ -49,16 +49,15 @@ class Arena:
     @classmethod
     def create(cls, name: str, workers: int, slot_bytes: int = SLOT_BYTES) -> Arena | None:
         """A pool's slots (None where the system has no memfd: the pipes carry everything)."""
-        make = getattr(os, "memfd_create", None)
         slots = min(MAX_SLOTS, SLOTS_PER_WORKER * max(1, workers))
+        fd = memfd(f"ingest-{name}")
         try:
-            fd = make(f"ingest-{name}", os.MFD_CLOEXEC) if make is not None else None
-            if fd is None:
-                return None
-            os.ftruncate(fd, slots * slot_bytes)
-            return cls(fd, slots, slot_bytes)
+            if fd is not None:
+                os.ftruncate(fd, slots * slot_bytes)
+                return cls(fd, slots, slot_bytes)
         except OSError:
-            return None
+            os.close(fd)
+        return None
 
     def __reduce__(self):
         return _attach, (reduction.DupFd(self._fd), self.slots, self.slot_bytes)
@@ -91,6 +90,15 @@ class Arena:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def memfd(name: str) -> int | None:
+    """A new anonymous shared file's descriptor (closed on exec), or None where the system has no memfd."""
+    make = getattr(os, "memfd_create", None)
+    try:
+        return make(name, os.MFD_CLOEXEC) if make is not None else None
+    except OSError:
+        return None
 
 
 class _Full(Exception):

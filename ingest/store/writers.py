@@ -40,7 +40,7 @@ NO_KEY = bytes(16)          # a row without a key (Segment.keys)
 @dataclass(frozen=True, eq=False)
 class Segment:
     """Chunks [start, start + len(chunks)) of one file, with their vectors (float32, one row each) and, when a
-    step gave them keys for its work after the write (`write_then`), 16 bytes a row (NO_KEY: none)."""
+    step gave them keys for its work after the write (`upsert`'s `after`), 16 bytes a row (NO_KEY: none)."""
     source: str
     fmt: str
     file_hash: str

@@ -19,6 +19,8 @@ from multiprocessing import reduction
 
 import numpy as np
 
+from ..arena import memfd
+
 IN_FLIGHT = {"cpu": 2, "cuda": 6}     # batches a worker holds (launched + queued): its slots
 
 
@@ -35,11 +37,8 @@ class Area:
     @classmethod
     def create(cls, name: str) -> Area | None:
         """A new, empty area (None where the system has no memfd: the pipes carry everything)."""
-        make = getattr(os, "memfd_create", None)
-        try:
-            return cls(make(name, os.MFD_CLOEXEC)) if make is not None else None
-        except OSError:
-            return None
+        fd = memfd(name)
+        return None if fd is None else cls(fd)
 
     def __reduce__(self):
         return _rebuild, (reduction.DupFd(self._fd),)      # at spawn: the descriptor goes to the child

@@ -115,7 +115,8 @@ def package_of(rev: str, into: Path) -> Path:
 
 
 def measure(label: str, code: Path | None, uri: str, backend: str, docs: Path, small: Path, work: Path,
-            writers: int) -> dict:
+            writers: int, writers_16: int) -> dict:
+    """One code's steady state (`writers` writer processes here; the projection: `writers_16` on 16 cores)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     if code is not None:
         env["PYTHONPATH"] = str(code)
@@ -138,21 +139,32 @@ def measure(label: str, code: Path | None, uri: str, backend: str, docs: Path, s
     return {"label": label, "chunks": big["chunks"], "rate": chunks / (big["wall"] - small_run["wall"]),
             "whole_rate": big["chunks"] / big["wall"], "tree_us": tree, "host_us": host, "stages_us": stages,
             "report_rates": big["rates"], "startup_s": _startup(small_run, stages, small_run["chunks"]),
-            "projection": projection(stages, writers)}
+            "projection": projection(stages, writers_16)}
 
 
 LOADERS = ("txt", "pdf", "docx", "pptx", "ocr")
+
+
+def writers_16(store: str, configured: int) -> int:
+    """The writer processes of the projection's 16-core host: what [store] writers = "auto" gives the null
+    store and Milvus Lite there (ingest/store/writers.py); the server's: --writers."""
+    from ingest.store import milvus, null
+    from ingest.store.writers import writer_processes
+
+    caps = {"null": null.CAPS, "lite": milvus.LITE}.get(store)
+    return writer_processes("auto", caps, 16) if caps else configured
 
 
 def projection(stages_us: dict[str, float], writers: int, cores: int = 16) -> dict[str, float]:
     """What a `cores`-core host sustains, from the per-role CPU us a chunk measured here: the loaders on every
     core but the supervisor's, the supervisor and the encode worker's host side (one process each), the
     writers: min(15 / loader us, 1 / supervisor us, 1 / encode us, writers / writer us), in chunks/s."""
-    loader = sum(stages_us.get(k, 0.0) for k in LOADERS)
-    caps = {"loaders": (cores - 1) * 1e6 / loader if loader > 0 else float("inf"),
-            "supervisor": 1e6 / max(stages_us.get("supervisor", 0.0), 1e-9),
-            "encode": 1e6 / max(stages_us.get("encode", 0.0), 1e-9),
-            "writers": writers * 1e6 / max(stages_us.get("writer", 0.0), 1e-9)}
+    def cap(processes: float, us: float) -> float:     # under 0.5 us a chunk is below the sampling's resolution
+        return processes * 1e6 / us if us >= 0.5 else float("inf")
+
+    caps = {"loaders": cap(cores - 1, sum(stages_us.get(k, 0.0) for k in LOADERS)),
+            "supervisor": cap(1, stages_us.get("supervisor", 0.0)), "encode": cap(1, stages_us.get("encode", 0.0)),
+            "writers": cap(writers, stages_us.get("writer", 0.0))}
     return {**caps, "sustained": min(caps.values()), "bound_by": min(caps, key=caps.get)}
 
 
@@ -168,8 +180,9 @@ def show(r: dict) -> None:
           f"  host {r['host_us']:>6,.0f} us/chunk  -> 16 cores feed {16e6 / r['host_us']:>7,.0f} chunks/s")
     print(f"{'':<22} CPU us/chunk by stage: {stages}; whole run {r['whole_rate']:,.0f} chunks/s")
     p = r["projection"]
-    print(f"{'':<22} 16-core projection: {p['sustained']:,.0f} chunks/s, bound by {p['bound_by']} (loaders "
-          f"{p['loaders']:,.0f}, supervisor {p['supervisor']:,.0f}, encode {p['encode']:,.0f}, writers {p['writers']:,.0f})")
+    caps = ", ".join(f"{k} {p[k]:,.0f}" if p[k] != float("inf") else f"{k} (unmeasurably small)"
+                     for k in ("loaders", "supervisor", "encode", "writers"))
+    print(f"{'':<22} 16-core projection: {p['sustained']:,.0f} chunks/s, bound by {p['bound_by']} ({caps})")
     print(f"{'':<22} start-up CPU s by role (apart): {r['startup_s']}")
     print(f"{'':<22} report's stage rates (chunks/s of busy time): {r['report_rates']}")
 
@@ -218,7 +231,7 @@ def main() -> int:
                     label = f"{name}-{store}" + (f"-r{r + 1}" if args.rounds > 1 else "")
                     backend = args.old_backend or args.backend if code is not None else args.backend
                     results.append(measure(label, code, uri, backend, work / "docs", work / "small", work,
-                                           args.writers))
+                                           args.writers, writers_16(store, args.writers)))
                     show(results[-1])
             if server is not None:
                 stop_server(server)

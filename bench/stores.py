@@ -270,7 +270,7 @@ def write_path(name: str, work: Path, rows: int, writers: int) -> dict:
         pool = WriterPool(store.endpoint(), writers)
         try:
             started = time.perf_counter()
-            futures, entries, written = [], [], 0
+            futures, entries, written, warm = [], [], 0, None
             for f in range(rows // 40):
                 chunks = Rows.of([Row(None, f"{f} {i} {text}", "", "", "text", "", f"f{f}") for i in range(40)])
                 futures += [pool.submit(b) for b in batcher.add(Segment(f"f{f}.txt", "txt", f"h{f}", 0, chunks, vectors))]
@@ -284,12 +284,42 @@ def write_path(name: str, work: Path, rows: int, writers: int) -> dict:
                         store.flush()
                     store.commit(manifest, {}, entries, [])
                     futures, entries = [], []
+                    warm = warm or _cpu_by_role(written)       # after the first commit: start-up is over
             seconds = time.perf_counter() - started
+            steady = _steady(warm, _cpu_by_role(written), store.caps)
         finally:
             pool.stop()
             manifest.close()
             store.close()
-    return {"rows": written, "writers": writers, "wall_s": round(seconds, 3), "rows_per_s": round(written / seconds)}
+    return {"rows": written, "writers": writers, "wall_s": round(seconds, 3), "rows_per_s": round(written / seconds),
+            **steady}
+
+
+def _cpu_by_role(rows: int) -> tuple[float, float, float, int]:
+    """(wall, this process's CPU s: batching, sending and committing as the run's supervisor does, the writer
+    processes' CPU s, rows written so far)."""
+    kids = 0.0
+    for child in psutil.Process().children(recursive=True):
+        with suppress(psutil.NoSuchProcess):
+            t = child.cpu_times()
+            kids += t.user + t.system
+    return time.perf_counter(), time.process_time(), kids, rows
+
+
+def _steady(warm: tuple | None, end: tuple, caps: Any, cores: int = 16) -> dict:
+    """Steady state from the first commit to the last: CPU us a row by role, and what a `cores`-core host would
+    write by bench/feed.py's rule: min(1 / committer us, writers / writer us), with as many writers as "auto"
+    gives the store on `cores` cores (ingest.store.writers.writer_processes: Milvus Lite 1)."""
+    from ingest.store.writers import writer_processes
+
+    if warm is None or end[3] <= warm[3]:
+        return {}
+    rows = end[3] - warm[3]
+    run_us, writer_us = (end[1] - warm[1]) * 1e6 / rows, (end[2] - warm[2]) * 1e6 / rows
+    auto = writer_processes("auto", caps, cores)
+    return {"steady_rows_per_s": round(rows / (end[0] - warm[0])), "committer_us_per_row": round(run_us, 1),
+            "writer_us_per_row": round(writer_us, 1), "auto_writers_16": auto,
+            "projected_16": round(min(1e6 / run_us, auto * 1e6 / writer_us))}
 
 
 def table(results: dict[str, dict]) -> str:
@@ -330,6 +360,7 @@ def main() -> int:
     ap.add_argument("--write-rows", type=int, default=0, help=f"rows for the write path of {', '.join(WRITE_PATH)} "
                     "(prepared rows through the writer processes; 0: not measured)")
     ap.add_argument("--writers", default="1,2", help="writer processes of the write path (each count measured)")
+    ap.add_argument("--write-only", action="store_true", help="only the write path (--write-rows), no corpus runs")
     ap.add_argument("--work", default="", help="folder for the corpus and stores (default: a temporary one)")
     args = ap.parse_args()
     if args.quick:
@@ -346,7 +377,7 @@ def main() -> int:
           f"{args.changed:.0%} changed, backend null, engine local, {args.queries} queries a mode, k={K}", flush=True)
     results: dict[str, dict] = {}
     try:
-        for name in names:
+        for name in ([] if args.write_only else names):
             with ExitStack() as stack:
                 results[name] = measure(name, work / "docs", work, args, stack)
             r = results[name]
@@ -357,14 +388,18 @@ def main() -> int:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
         raise
-    print(table(results))
+    if results:
+        print(table(results))
     paths = {}
     if args.write_rows:
         for name in (n for n in WRITE_PATH if n in names):
             paths[name] = [write_path(name, work, args.write_rows, int(w)) for w in args.writers.split(",")]
             for p in paths[name]:
                 print(f"write path {name}: {p['rows']:,} rows, {p['writers']} writers: {p['wall_s']:.1f} s, "
-                      f"{p['rows_per_s']:,} rows/s", flush=True)
+                      f"{p['rows_per_s']:,} rows/s; steady {p.get('steady_rows_per_s', 0):,} rows/s, CPU us a row: "
+                      f"committer {p.get('committer_us_per_row')}, writers {p.get('writer_us_per_row')} -> 16 cores "
+                      f"with {p.get('auto_writers_16')} writers (auto) write {p.get('projected_16', 0):,} rows/s",
+                      flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps({"date": str(datetime.date.today()), "machine": machine,
                                               "files": args.files, "words": args.words, "changed": args.changed,

@@ -29,7 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "chunking": {"chunk_tokens": 200, "overlap_tokens": 30, "context_tokens": 48, "skip_junk": True,
                  "card_context": True},
     "store": {"uri": "./ingest.db", "collection": "documents", "batch_size": 512, "timeout_s": 60.0,
-              "writers": 1},
+              "writers": "auto"},
     "cache": {"vectors_mb": 512, "path": "auto"},
     "run": {"max_files_in_flight": "auto", "max_chunks_in_flight": "auto", "follow_symlinks": "inside", "report": "",
             "engine": "local"},
@@ -66,7 +66,7 @@ ZERO_OK = ("chunking.overlap_tokens", "chunking.context_tokens", "cache.vectors_
            "ray.cpus")
 # "auto" or a positive integer
 AUTO_INT = ("model.batch_size", "model.max_batch_tokens", "model.tokenizer_workers", "run.max_chunks_in_flight",
-            "run.max_files_in_flight",
+            "run.max_files_in_flight", "store.writers",
             "ray.encode_actors", *(f"loaders.{p}.workers" for p in ("txt", "pdf", "docx", "pptx")))
 # "auto" loader workers: these on a CPU-only host (the encode workers need the cores); on a host with an
 # NVIDIA GPU, or with a backend that runs no model (null, stub), every core loads and tokenizes (the GPU, or

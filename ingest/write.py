@@ -81,7 +81,8 @@ from ingest.store import StoreBase, StoreError
 from ingest.workers.failure import Failure
 from ingest.store.rows import Rows
 from ingest.store.writers import (Ack, After, Batch, Batcher, InlineWriter, Refused, Segment, Unreachable,
-                                  WriterPool, answer_within)
+                                  WriterPool, answer_within, writer_processes)
+from ingest.workers.limits import usable_cores
 
 FLUSH_EVERY_S = 5.0
 FLUSH_ROWS = 8192           # Milvus Lite here: 245 us/row flushing every 512 rows, 160 every 1,536 (bench/feed.py)
@@ -93,12 +94,12 @@ MAX_SEALED_FILES = 4 * FLUSH_FILES      # files sealed and not yet committed bef
 class Writer:
     def __init__(self, store: StoreBase, manifest: Manifest, model: str, settings: str, batch_rows: int,
                  on_accepted: Callable[[tuple[Finished, ...]], None],
-                 on_written: Callable[[tuple[Finished, ...]], None], backend: str, writers: int = 1,
+                 on_written: Callable[[tuple[Finished, ...]], None], backend: str, writers: int | str = 1,
                  timeline: Timeline | None = None):
         self.store = store
         self.model, self.batch_rows, self.backend = model, batch_rows, backend
         self.on_accepted, self.on_written = on_accepted, on_written
-        self.processes = store.caps.writers or max(1, writers)    # Milvus Lite: one writer at a time
+        self.processes = writer_processes(writers, store.caps, usable_cores())    # Milvus Lite: 1
         self.ledger = Ledger(store, manifest, settings)     # ledger.files: the open group
         self.last_flush = time.monotonic()
         timeline = timeline or Timeline()

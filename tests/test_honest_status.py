@@ -12,6 +12,9 @@ from docs import make_mixed_pdf
 from test_html_report import NULL, STAGES, junk_text
 
 OCR_TIMEOUT_S = 0.5
+# The scanned page: enough lines that no box OCRs it within the timeout (one short line took under 0.5 s on a
+# fast one, and the page did not time out).
+SCANNED = " ".join(["Parking is free for guests of the harbour hotel on weekdays."] * 30)
 
 
 @pytest.mark.slow
@@ -19,7 +22,7 @@ def test_empty_files_and_every_stage_counted(work: Path) -> None:
     docs = work / "docs"
     (docs / "notes.txt").write_text("Copper kettles whistle at dawn in the harbour town.\n")
     (docs / "junk.txt").write_text(junk_text())
-    make_mixed_pdf(docs / "mixed.pdf", "Harbour cranes unload timber every Tuesday morning.", "Parking is free")
+    make_mixed_pdf(docs / "mixed.pdf", "Harbour cranes unload timber every Tuesday morning.", SCANNED)
     config = NULL + f"[loaders.ocr]\ntimeout_s = {OCR_TIMEOUT_S}\n"
     res = run(docs, work, config=config)
     assert res.rc == 0, res.stderr                          # an empty file is no failure

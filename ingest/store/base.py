@@ -48,6 +48,7 @@ class Capabilities:
     staged: bool = False         # written rows stay unseen until `commit` publishes them with the removal of the
     #                              versions they replace, in one step (LanceDB): the run does not flush first
     shared_reads: bool = False   # an embedded store that searches read while a run holds it (LanceDB), unlocked
+    parallel: bool = True        # "auto" [store] writers may give it several (else 1 unless a number is set)
 
 
 @dataclass(frozen=True)

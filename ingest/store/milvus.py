@@ -32,7 +32,8 @@ PROPS_SCHEMA, PROPS_BM25 = "ingest.schema", "ingest.bm25"    # absent: schema 1 
 DELETE_SOURCES, DELETE_IDS = 1024, 8192    # delete_stale: sources read at a time, ids deleted at a time
 READ_LIMIT = 16384          # rows of one query (a server's largest query window)
 LITE = Capabilities("Milvus Lite", embedded=True, writers=1, modes=MODES, transactional=False)
-SERVER = Capabilities("Milvus", embedded=False, writers=None, modes=MODES, transactional=False)
+SERVER = Capabilities("Milvus", embedded=False, writers=None, modes=MODES, transactional=False,
+                      parallel=False)     # "auto": 1 (a `milvus-lite server` takes one writer; a number raises it)
 __all__ = ["MODES", "Endpoint", "Store", "StoreError", "StoreRejected", "is_local", "one_line"]
 
 

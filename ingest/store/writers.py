@@ -18,13 +18,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ingest.store.base import Endpoint, StoreBase, StoreError, StoreRejected
+from ingest.store.base import Capabilities, Endpoint, StoreBase, StoreError, StoreRejected
 from ingest.store.rows import Row, Rows, search_text
 from ingest.store.schema import Columns
 from ingest.store.factory import store_at
 from ingest.workers.pool import Pools
 
 POOL = "writer"
+CORES_PER_WRITER = 4        # "auto" [store] writers: one process per 4 cores, 1 to MOST_WRITERS (bench/stores.py)
+MOST_WRITERS = 8
 After = tuple[Callable[[Any, bytes, np.ndarray], Any], Any]     # upsert's work after the write: (fn, arg)
 
 
@@ -241,6 +243,17 @@ def answer_within(store_timeout_s: float) -> float:
     """Seconds within which a batch's Future resolves: its time limit twice (a resubmit after its process
     died), each with pebble's 3 s from SIGTERM to SIGKILL."""
     return 2 * (task_timeout(store_timeout_s) + 5)
+
+
+def writer_processes(setting: int | str, caps: Capabilities, cores: int) -> int:
+    """[store] writers for a store: its own limit where it has one (Milvus Lite, Qdrant's local mode: 1), else
+    the number set, else ("auto") one per CORES_PER_WRITER cores, 1 to MOST_WRITERS, for a store that takes
+    several (`Capabilities.parallel`; else 1)."""
+    if caps.writers:
+        return caps.writers
+    if setting != "auto":
+        return max(1, int(setting))
+    return max(1, min(MOST_WRITERS, cores // CORES_PER_WRITER)) if caps.parallel else 1
 
 
 class WriterPool:
